@@ -1,0 +1,120 @@
+"""Capturing a function: proxies for its inputs, the capture mode around the call."""
+
+from __future__ import annotations
+
+import keyword
+import re
+import time
+
+import torch
+from torch.utils import _pytree as pytree
+
+from thunder_core.capture.mode import CaptureMode
+from thunder_core.capture.recorder import Namer, Recorder, record_scope
+from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.trace import Provenance, Trace
+
+RESERVED_NAMES = frozenset({"torch", "prims"})
+_PLAIN_LEAVES = (TensorProxy, torch.Tensor, int, float, bool, complex, str, type(None), torch.dtype, torch.device)
+
+
+def _identifier(path: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", path).strip("_") or "arg"
+    if name[0].isdigit():
+        name = "_" + name
+    if keyword.iskeyword(name) or name in RESERVED_NAMES or name.startswith("_"):
+        name = name.lstrip("_") + "_" if name.lstrip("_") else "arg_"
+    return name
+
+
+class _InputBuilder:
+    """Replaces tensors in the user's arguments by named proxies, in the runtime leaf order."""
+
+    def __init__(self):
+        self.inputs: list = []
+        self.taken: set[str] = set(RESERVED_NAMES)
+
+    def _name(self, path: str) -> str:
+        base = _identifier(path)
+        name, n = base, 0
+        while name in self.taken or re.fullmatch(r"t\d+", name):
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+    def proxify(self, x, path: str):
+        if isinstance(x, torch.Tensor):
+            proxy = TensorProxy(self._name(path), x.shape, x.dtype, x.device, x.requires_grad, x.stride())
+            self.inputs.append(proxy)
+            return proxy
+        if isinstance(x, (bool, int, float, complex)):
+            self.inputs.append(NumberProxy(self._name(path), x))
+            return x
+        if isinstance(x, (list, tuple)):
+            items = [self.proxify(item, f"{path}_{i}") for i, item in enumerate(x)]
+            if type(x) in (list, tuple):
+                return type(x)(items)
+            return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+        if isinstance(x, dict):
+            return type(x)((k, self.proxify(v, f"{path}_{k}")) for k, v in x.items())
+        return x
+
+
+def _is_plain(out) -> bool:
+    if type(out) in (tuple, list):
+        return all(_is_plain(x) for x in out)
+    if type(out) is dict:
+        return all(isinstance(k, (str, int)) and _is_plain(v) for k, v in out.items())
+    return isinstance(out, _PLAIN_LEAVES)
+
+
+def capture(
+    fn,
+    args: tuple,
+    kwargs: dict,
+    *,
+    positional_names: list[str],
+    extra_inputs: list[tuple[str, torch.Tensor]] = (),
+    extra_binder=None,
+) -> Trace:
+    """Run ``fn(*args, **kwargs)`` on proxies and return the trace of what it did.
+
+    ``extra_inputs`` (name, tensor) pairs become trace inputs after the arguments;
+    ``extra_binder(proxies)`` is a context manager that makes ``fn`` see those proxies
+    (``jit(module)`` swaps parameters and buffers in this way).
+    """
+    start = time.perf_counter()
+    builder = _InputBuilder()
+    proxy_args = tuple(
+        builder.proxify(a, positional_names[i] if i < len(positional_names) else f"args_{i}")
+        for i, a in enumerate(args)
+    )
+    proxy_kwargs = {k: builder.proxify(v, k) for k, v in kwargs.items()}
+    extra_proxies = [builder.proxify(t, name) for name, t in extra_inputs]
+
+    recorder = Recorder(Namer(builder.taken), top_level=True)
+    from contextlib import nullcontext
+
+    binder = extra_binder(extra_proxies) if extra_binder is not None else nullcontext()
+    with binder, record_scope(recorder), CaptureMode():
+        out = fn(*proxy_args, **proxy_kwargs)
+
+    treespec = None
+    if not _is_plain(out):
+        flat, treespec = pytree.tree_flatten(out)
+        for leaf in flat:
+            if not isinstance(leaf, _PLAIN_LEAVES):
+                raise TypeError(
+                    f"thunder_core.jit: the function returned an object of type {type(leaf).__qualname__} "
+                    "that thunder_core cannot look inside. Return tensors and Python values in "
+                    "tuples, lists, dicts or dataclasses registered with torch.utils._pytree."
+                )
+        out = flat
+    return Trace(
+        inputs=builder.inputs,
+        bound_symbols=recorder.bound_symbols,
+        output=out,
+        provenance=Provenance("capture", time.perf_counter() - start),
+        output_treespec=treespec,
+    )

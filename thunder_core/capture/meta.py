@@ -1,0 +1,77 @@
+"""Output metadata of an operation, found by running it on the meta device.
+
+Proxies become meta tensors of the same shape, strides, dtype and requires_grad; real
+tensors (constants) are moved to meta; an explicit ``device=`` becomes ``"meta"``. The
+outputs are turned back into proxies on the device the real call would produce.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.tree import tree_map
+
+
+def _target_device(args, kwargs) -> torch.device:
+    explicit = kwargs.get("device")
+    if explicit is not None:
+        return torch.device(explicit)
+    real = None
+    stack = [args, kwargs]
+    while stack:
+        x = stack.pop(0)
+        if isinstance(x, TensorProxy):
+            return x.device
+        if isinstance(x, torch.Tensor) and real is None:
+            real = x.device
+        elif isinstance(x, (tuple, list)):
+            stack[:0] = list(x)
+        elif isinstance(x, dict):
+            stack[:0] = list(x.values())
+    return real if real is not None else torch.get_default_device()
+
+
+def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
+    """Call ``fn`` on meta stand-ins of ``args``; return outputs as proxies.
+
+    For in-place calls an output that is the very meta tensor of an input proxy is
+    returned as that proxy (with its requires_grad updated); otherwise every output
+    tensor becomes a new proxy made by ``new_proxy``.
+    """
+    metas: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+
+    def to_meta(x):
+        if isinstance(x, TensorProxy):
+            found = metas.get(id(x))
+            if found is not None:
+                return found[0]
+            meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            if x.requires_grad:
+                # A non-leaf, so an in-place op is judged as on an intermediate; a real leaf
+                # that requires grad still raises at run time exactly as in eager.
+                meta = meta.requires_grad_().clone()
+            metas[id(x)] = (meta, x)
+            return meta
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            return x.detach().to("meta").requires_grad_(x.requires_grad and x.is_floating_point())
+        return x
+
+    device = _target_device(args, kwargs)
+    meta_args = tree_map(to_meta, args)
+    meta_kwargs = {k: ("meta" if k == "device" and v is not None else tree_map(to_meta, v)) for k, v in kwargs.items()}
+    with torch.device("meta"):
+        out = fn(*meta_args, **meta_kwargs)
+    by_meta = {id(meta): proxy for meta, proxy in metas.values()}
+
+    def to_proxy(y):
+        if not isinstance(y, torch.Tensor):
+            return y
+        if inplace and id(y) in by_meta:
+            proxy = by_meta[id(y)]
+            if y.requires_grad and not proxy.requires_grad:
+                proxy.requires_grad_(True)
+            return proxy
+        return new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride())
+
+    return tree_map(to_proxy, out)

@@ -1,0 +1,93 @@
+"""The TorchFunctionMode that intercepts every torch call made while capturing."""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from thunder_core.capture.source import user_location
+from thunder_core.errors import DataDependentError
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.tree import leaves
+from thunder_core.ops.registry import lookup, opaque_symbol
+
+T = torch.Tensor
+
+# Metadata queries answered directly by the proxy (it has real metadata).
+_METADATA = {
+    T.shape.__get__, T.dtype.__get__, T.device.__get__, T.ndim.__get__, T.requires_grad.__get__,
+    T.is_cuda.__get__, T.is_meta.__get__, T.layout.__get__, T.is_sparse.__get__, T.is_quantized.__get__,
+    T.size, T.dim, T.ndimension, T.stride, T.numel, T.nelement, T.is_floating_point, T.is_complex,
+    T.element_size, T.__len__, T.is_contiguous, T.get_device, T.storage_offset, torch.numel,
+    torch.is_floating_point, torch.is_complex, torch.is_tensor, T.is_signed,
+}  # fmt: skip
+
+# Calls whose result is tensor data turned into Python values.
+_DATA_DEPENDENT = {
+    T.__bool__: "converts a tensor to a Python bool",
+    T.item: "reads a tensor element as a Python number (Tensor.item)",
+    T.tolist: "converts a tensor to Python numbers (Tensor.tolist)",
+    T.__int__: "converts a tensor to a Python int",
+    T.__float__: "converts a tensor to a Python float",
+    T.__index__: "uses a tensor as a Python index",
+    T.__complex__: "converts a tensor to a Python complex",
+    T.numpy: "converts a tensor to a NumPy array",
+    T.__array__: "converts a tensor to a NumPy array",
+    T.__contains__: "tests membership in a tensor (`in`)",
+    T.nonzero: "has an output shape that depends on tensor values (nonzero)",
+    torch.nonzero: "has an output shape that depends on tensor values (nonzero)",
+    torch.argwhere: "has an output shape that depends on tensor values (argwhere)",
+    torch.masked_select: "has an output shape that depends on tensor values (masked_select)",
+    T.masked_select: "has an output shape that depends on tensor values (masked_select)",
+    torch.unique: "has an output shape that depends on tensor values (unique)",
+    T.unique: "has an output shape that depends on tensor values (unique)",
+    torch.unique_consecutive: "has an output shape that depends on tensor values (unique_consecutive)",
+    T.unique_consecutive: "has an output shape that depends on tensor values (unique_consecutive)",
+    torch.bincount: "has an output shape that depends on tensor values (bincount)",
+    T.bincount: "has an output shape that depends on tensor values (bincount)",
+}
+
+
+def data_dependent_error(what: str) -> DataDependentError:
+    where = user_location()
+    place = f"{where.filename}:{where.lineno}: `{where.line}`" if where else "the captured function"
+    return DataDependentError(
+        f"{place} {what}, so the program depends on the values inside a tensor.\n"
+        "thunder_core.jit specializes on shapes, dtypes and Python values, never on tensor data. "
+        "Ways out:\n"
+        "  1. compute both branches and pick per element with torch.where(condition, a, b);\n"
+        "  2. make the decision outside the jitted function and pass it in as a Python bool or "
+        "number (the trace is specialized on it);\n"
+        "  3. leave this function (or this part of it) un-jitted."
+    )
+
+
+def _has_proxy(args, kwargs) -> bool:
+    return any(isinstance(x, TensorProxy) for x in leaves((args, kwargs)))
+
+
+class CaptureMode(TorchFunctionMode):
+    """Routes torch calls to thunder_core symbols; unknown ones become opaque calls."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _METADATA:
+            return func(*args, **kwargs)
+        reason = _DATA_DEPENDENT.get(func)
+        if reason is not None:
+            raise data_dependent_error(reason)
+        if func is T.__repr__ or func is T.__format__ or func is T.__str__:
+            return repr(args[0]) if isinstance(args[0], TensorProxy) else func(*args, **kwargs)
+        if func is T.__iter__:
+            return iter(_dispatch(torch.unbind, (args[0], 0), {})) if isinstance(args[0], TensorProxy) else func(*args)
+        return _dispatch(func, args, kwargs)
+
+
+def _dispatch(func, args, kwargs):
+    entry = lookup(func)
+    if entry is not None:
+        symbol, adapter = entry
+        if adapter is not None:
+            args, kwargs = adapter(args, kwargs)
+        return symbol(*args, **kwargs)
+    return opaque_symbol(func, kwargs)(*args, **kwargs)

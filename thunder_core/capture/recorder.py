@@ -1,0 +1,116 @@
+"""The recorder: turns symbol calls made during capture into bound symbols."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from thunder_core.capture.meta import run_on_meta
+from thunder_core.capture.source import user_location
+from thunder_core.errors import CaptureError
+from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
+from thunder_core.ir.tree import leaves, tree_map
+from thunder_core.ops._helpers import NoDecomposition
+
+
+def check_decompositions() -> bool:
+    """``THUNDER_CORE_CHECK_DECOMPOSITIONS=1`` makes a failing decomposition an error (tests use it)."""
+    return os.environ.get("THUNDER_CORE_CHECK_DECOMPOSITIONS", "") not in ("", "0")
+
+
+class Namer:
+    """Hands out the names ``t0, t1, ...`` for the intermediates of one trace."""
+
+    def __init__(self, taken: set[str]):
+        self.taken = set(taken)
+        self.counter = itertools.count()
+
+    def __call__(self, prefix: str = "t") -> str:
+        while True:
+            name = f"{prefix}{next(self.counter)}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+
+def _proxies(tree) -> list:
+    return [x for x in leaves(tree) if isinstance(x, (TensorProxy, NumberProxy))]
+
+
+def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+
+
+class Recorder:
+    """Collects bound symbols; nested recorders collect decompositions (subsymbols)."""
+
+    def __init__(self, namer: Namer, *, top_level: bool):
+        self.namer = namer
+        self.top_level = top_level
+        self.bound_symbols: list[BoundSymbol] = []
+
+    def new_proxy(self, shape, dtype, device, requires_grad=False, strides=None) -> TensorProxy:
+        return TensorProxy(self.namer(), shape, dtype, device, requires_grad, strides)
+
+    def outputs(self, symbol: Symbol, args: tuple, kwargs: dict):
+        if symbol.meta is not None:
+            return symbol.meta(*args, **kwargs)
+        return run_on_meta(symbol.impl, args, kwargs, self.new_proxy, inplace=symbol.has_tag(INPLACE))
+
+    def record(self, symbol: Symbol, args: tuple, kwargs: dict):
+        args = tree_map(lambda x: x, args)  # freeze the caller's lists
+        kwargs = dict(kwargs)
+        output = self.outputs(symbol, args, kwargs)
+        if symbol.has_tag(OPAQUE) and not _proxies(output):
+            return output  # a metadata query such as x.is_contiguous(): nothing to record
+        subsymbols = []
+        if symbol.decomposition is not None and not symbol.has_tag(INPLACE):
+            subsymbols = self.decompose(symbol, args, kwargs, output)
+        source = user_location() if self.top_level else None
+        self.bound_symbols.append(BoundSymbol(symbol, args, kwargs, output, subsymbols, source))
+        return output
+
+    def decompose(self, symbol: Symbol, args: tuple, kwargs: dict, output) -> list[BoundSymbol]:
+        """Record ``symbol``'s decomposition, renamed to produce ``output``; [] if it does not fit."""
+        inner = Recorder(self.namer, top_level=False)
+        push_recorder(inner)
+        try:
+            decomposed = symbol.decomposition(*args, **kwargs)
+        except NoDecomposition:
+            return []
+        except Exception as error:
+            if check_decompositions():
+                raise CaptureError(f"decomposition of {symbol.printed_name} failed: {error!r}") from error
+            return []
+        finally:
+            pop_recorder()
+        produced, expected = _proxies(decomposed), _proxies(output)
+        inputs = {id(p) for p in _proxies((args, kwargs))}
+        fits = len(produced) == len(expected) and all(
+            isinstance(p, TensorProxy) and isinstance(e, TensorProxy) and _same_metadata(p, e)
+            for p, e in zip(produced, expected)
+        )
+        if not fits or any(id(p) in inputs for p in produced):
+            if check_decompositions() and not fits:
+                got = [(p.shape, p.dtype) for p in produced if isinstance(p, TensorProxy)]
+                want = [(e.shape, e.dtype) for e in expected if isinstance(e, TensorProxy)]
+                raise CaptureError(f"decomposition of {symbol.printed_name} gave {got}, expected {want}")
+            return []
+        mapping = {id(p): e for p, e in zip(produced, expected)}
+        return [bsym.substitute(mapping) for bsym in inner.bound_symbols]
+
+
+def record_scope(recorder: Recorder):
+    """Context manager making ``recorder`` the target of symbol calls."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def scope():
+        push_recorder(recorder)
+        try:
+            yield recorder
+        finally:
+            pop_recorder()
+
+    return scope()

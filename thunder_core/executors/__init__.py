@@ -1,0 +1,1 @@
+"""Executors: who runs each operation of a trace."""

@@ -1,0 +1,204 @@
+"""Turning a trace into Python source plus the globals it needs (``PythonCode``).
+
+Proxies print as their names, constants as Python literals where one exists, and any
+other object (a real tensor captured from a closure, a generator, an executor's compiled
+kernel) as a guarded global name that cannot shadow an input or an intermediate.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.symbols import BoundSymbol
+
+_counter = itertools.count()
+_IDENTIFIER = re.compile(r"[^0-9a-zA-Z_]")
+
+
+@dataclass
+class PythonCode:
+    """Source of one function and the globals it runs with."""
+
+    source: str
+    globals: dict[str, Any]
+    function_name: str
+
+    def callable(self):
+        """Compile the source; tracebacks show the generated lines."""
+        filename = f"<thunder_core {self.function_name} {next(_counter)}>"
+        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
+        code = compile(self.source, filename, "exec")
+        namespace = dict(self.globals)
+        exec(code, namespace)
+        return namespace[self.function_name]
+
+
+@dataclass
+class _Namespace:
+    """The globals of one generated function, with unique names for non-literal objects."""
+
+    globals: dict[str, Any] = field(default_factory=dict)
+    by_id: dict[int, str] = field(default_factory=dict)
+
+    def module(self, name: str, module) -> str:
+        self.globals[name] = module
+        return name
+
+    def add(self, obj, hint: str) -> str:
+        name = self.by_id.get(id(obj))
+        if name is not None:
+            return name
+        base = "_" + _IDENTIFIER.sub("_", hint).strip("_")
+        name = base
+        for n in itertools.count(1):
+            if name not in self.globals:
+                break
+            name = f"{base}_{n}"
+        self.globals[name] = obj
+        self.by_id[id(obj)] = name
+        return name
+
+
+def _prims_module():
+    from thunder_core.ops import prims
+
+    return prims
+
+
+class Printer:
+    """Prints values and bound symbols of one trace into one namespace."""
+
+    def __init__(self):
+        self.namespace = _Namespace()
+        self.namespace.module("torch", torch)
+
+    def value(self, x) -> str:
+        if isinstance(x, (TensorProxy, NumberProxy)):
+            return x.name
+        if x is None or isinstance(x, (bool, int, str)):
+            return repr(x)
+        if isinstance(x, float):
+            if math.isfinite(x):
+                return repr(x)
+            return f"float({str(x)!r})"
+        if isinstance(x, complex):
+            return f"complex({self.value(x.real)}, {self.value(x.imag)})"
+        if isinstance(x, torch.dtype):
+            return str(x)
+        if isinstance(x, torch.device):
+            return f"torch.device({str(x)!r})"
+        if isinstance(x, torch.Size):
+            return f"torch.Size({self.value(list(x))})"
+        if isinstance(x, (torch.memory_format, torch.layout)):
+            return str(x)
+        if x is Ellipsis:
+            return "..."
+        if isinstance(x, slice):
+            return f"slice({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
+        if type(x) is tuple:
+            inner = ", ".join(self.value(item) for item in x)
+            return f"({inner},)" if len(x) == 1 else f"({inner})"
+        if type(x) is list:
+            return "[" + ", ".join(self.value(item) for item in x) + "]"
+        if type(x) is dict and all(isinstance(k, (str, int)) for k in x):
+            return "{" + ", ".join(f"{k!r}: {self.value(v)}" for k, v in x.items()) + "}"
+        if isinstance(x, torch.Tensor):
+            return self.namespace.add(x, "constant_tensor")
+        return self.namespace.add(x, type(x).__name__)
+
+    def target(self, output) -> str | None:
+        """The left-hand side that binds a bound symbol's output, or None."""
+        if output is None:
+            return None
+        if isinstance(output, (TensorProxy, NumberProxy)):
+            return output.name
+        if isinstance(output, (tuple, list)):
+            parts = [self.target(item) or "_" for item in output]
+            if len(parts) == 1:
+                return f"({parts[0]},)"
+            return "(" + ", ".join(parts) + ")" if parts else None
+        return "_"
+
+    def callee(self, bsym: BoundSymbol) -> str:
+        if bsym.impl is not None:
+            return self.namespace.add(bsym.impl, bsym.impl_name or getattr(bsym.impl, "__name__", "impl"))
+        name = bsym.symbol.printed_name
+        if name.startswith("torch."):
+            return name
+        if name.startswith("prims."):
+            self.namespace.module("prims", _prims_module())
+            return name
+        return self.namespace.add(bsym.symbol, name)
+
+    def call(self, bsym: BoundSymbol) -> str:
+        args = [self.value(a) for a in bsym.args]
+        args += [f"{k}={self.value(v)}" for k, v in bsym.kwargs.items()]
+        return f"{self.callee(bsym)}({', '.join(args)})"
+
+    def bound_symbol(self, bsym: BoundSymbol, indent: str, depth: int, comment: bool = False) -> list[str]:
+        from thunder_core.ir.symbols import OPAQUE
+
+        if bsym.symbol.name == "del":
+            names = ", ".join(p.name for p in bsym.flat_args())
+            return [f"{indent}{'# ' if comment else ''}del {names}"]
+        target = self.target(bsym.output)
+        statement = f"{target} = {self.call(bsym)}" if target else self.call(bsym)
+        types = "; ".join(f'{p.name}: "{p.type_string()}"' for p in bsym.flat_outputs())
+        notes = []
+        if types:
+            notes.append(types)
+        if bsym.symbol.has_tag(OPAQUE):
+            notes.append("opaque: no thunder_core symbol, run by the torch executor")
+        if bsym.executor and bsym.executor != "torch" and bsym.executor != "python":
+            notes.append(f"executor: {bsym.executor}")
+        line = f"{indent}{'# ' if comment else ''}{statement}"
+        if notes:
+            line += "  # " + " | ".join(notes)
+        lines = [line]
+        if depth > 0:
+            for sub in bsym.subsymbols:
+                lines += self.bound_symbol(sub, indent + "  ", depth - 1, comment=True)
+        return lines
+
+
+def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
+    """Print ``trace`` as a function definition."""
+    printer = Printer()
+    params = ", ".join(p.name for p in trace.inputs)
+    lines = [f"def {trace.function_name}({params}):"]
+    for p in trace.inputs:
+        lines.append(f'  # {p.name}: "{p.type_string()}"')
+    last_source = None
+    for bsym in trace.bound_symbols:
+        if bsym.source is not None and bsym.source != last_source:
+            lines.append("")
+            lines.append(f"  # {bsym.source}")
+            last_source = bsym.source
+        lines += printer.bound_symbol(bsym, "  ", subsymbol_depth)
+    if trace.output_treespec is not None:
+        from torch.utils._pytree import tree_unflatten
+
+        spec = trace.output_treespec
+        rebuild = printer.namespace.add(lambda flat: tree_unflatten(flat, spec), "rebuild_output")
+        lines.append(f"  return {rebuild}({printer.value(list(trace.output))})")
+    else:
+        lines.append(f"  return {printer.value(trace.output)}")
+    header = []
+    if trace.provenance is not None:
+        header.append(f"# {trace.provenance}")
+    imports = ["import torch"]
+    if "prims" in printer.namespace.globals:
+        imports.append("from thunder_core.ops import prims")
+    others = sorted(n for n in printer.namespace.globals if n not in ("torch", "prims"))
+    if others:
+        header.append("# Globals supplied by python_callable(): " + ", ".join(others))
+    source = "\n".join(header + imports + ["", ""] + lines) + "\n"
+    return PythonCode(source, printer.namespace.globals, trace.function_name)

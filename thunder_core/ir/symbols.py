@@ -1,0 +1,133 @@
+"""Symbols (operations) and bound symbols (one call of an operation in a trace)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.tree import leaves, tree_map
+
+# Tags a symbol may carry.
+INPLACE = "inplace"  # mutates an argument: a side effect that transforms must keep in order
+RANDOM = "random"  # draws from the random number generator
+OPAQUE = "opaque"  # a torch call with no thunder_core symbol, run as-is by the torch executor
+PYTHON = "python"  # bookkeeping run by the python executor (unpacking, deleting)
+
+_recorders: list = []  # the capture recorders in effect, innermost last
+
+
+def active_recorder():
+    """The recorder that symbol calls currently append to, or None outside capture."""
+    return _recorders[-1] if _recorders else None
+
+
+def push_recorder(recorder) -> None:
+    _recorders.append(recorder)
+
+
+def pop_recorder() -> None:
+    _recorders.pop()
+
+
+@dataclass(eq=False)
+class Symbol:
+    """An operation.
+
+    ``impl`` is its meaning on real tensors: the torch executor runs it, and output
+    metadata is found by running it on the meta device unless ``meta`` is given.
+    Torch-level symbols may have a ``decomposition`` into prims (and other symbols),
+    which capture records as the bound symbol's subsymbols.
+    """
+
+    name: str
+    impl: Callable[..., Any]
+    printed_name: str  # how the trace calls it: "torch.add", "prims.add", ...
+    is_prim: bool = False
+    decomposition: Callable[..., Any] | None = None
+    meta: Callable[..., Any] | None = None
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+    def __call__(self, *args, **kwargs):
+        recorder = active_recorder()
+        if recorder is None:
+            return self.impl(*args, **kwargs)
+        return recorder.record(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Symbol {self.printed_name}>"
+
+    def has_tag(self, tag: str) -> bool:
+        return tag in self.tags
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """The user's line that an operation came from."""
+
+    filename: str
+    lineno: int
+    function: str
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}: {self.line}"
+
+
+@dataclass(eq=False)
+class BoundSymbol:
+    """One call of a symbol in a trace, with its decomposition as ``subsymbols``.
+
+    ``impl`` and ``executor`` are set when an executor claims the call; ``impl`` is then
+    what the generated code calls instead of ``symbol.impl``.
+    """
+
+    symbol: Symbol
+    args: tuple
+    kwargs: dict
+    output: Any
+    subsymbols: list[BoundSymbol] = field(default_factory=list)
+    source: SourceLocation | None = None
+    executor: str | None = None
+    impl: Callable[..., Any] | None = None
+    impl_name: str | None = None
+
+    def flat_args(self) -> list:
+        """Every proxy among the arguments, in order (may repeat)."""
+        return [x for x in leaves((self.args, self.kwargs)) if isinstance(x, (TensorProxy, NumberProxy))]
+
+    def flat_outputs(self) -> list:
+        """Every proxy among the outputs, in order."""
+        return [x for x in leaves(self.output) if isinstance(x, (TensorProxy, NumberProxy))]
+
+    def replace(self, **changes) -> BoundSymbol:
+        values = {
+            "symbol": self.symbol,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "output": self.output,
+            "subsymbols": self.subsymbols,
+            "source": self.source,
+            "executor": self.executor,
+            "impl": self.impl,
+            "impl_name": self.impl_name,
+        }
+        values.update(changes)
+        return BoundSymbol(**values)
+
+    def substitute(self, mapping: dict) -> BoundSymbol:
+        """A copy with every proxy found in ``mapping`` (keyed by ``id``) replaced."""
+
+        def swap(x):
+            return mapping.get(id(x), x)
+
+        return self.replace(
+            args=tree_map(swap, self.args),
+            kwargs=tree_map(swap, self.kwargs),
+            output=tree_map(swap, self.output),
+            subsymbols=[sub.substitute(mapping) for sub in self.subsymbols],
+        )
+
+    def __repr__(self) -> str:
+        return f"<BoundSymbol {self.symbol.printed_name} -> {[p.name for p in self.flat_outputs()]}>"

@@ -1,0 +1,70 @@
+"""Traces: a program as inputs, bound symbols and outputs, printable as Python."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from thunder_core.ir.symbols import BoundSymbol
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Which pass made a trace and how long that pass took."""
+
+    pass_name: str
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"Constructed by {self.pass_name} (took {self.seconds * 1e3:.2f} ms)"
+
+
+@dataclass(eq=False)
+class Trace:
+    """A captured program.
+
+    ``inputs`` are the parameters of the generated function (flattened leaves of the
+    user's arguments, then parameters and buffers for modules). ``output`` is a nested
+    tuple/list/dict of proxies and constants; when the user's function returned another
+    container (a dataclass, a ``ModelOutput``), ``output_treespec`` rebuilds it.
+    """
+
+    inputs: list
+    bound_symbols: list[BoundSymbol]
+    output: Any
+    function_name: str = "computation"
+    provenance: Provenance | None = None
+    output_treespec: Any = None
+    _callable: Any = field(default=None, repr=False)
+
+    def with_bound_symbols(self, bound_symbols: list[BoundSymbol], provenance: Provenance | None = None) -> Trace:
+        """A new trace with the same signature and other bound symbols."""
+        return Trace(
+            inputs=self.inputs,
+            bound_symbols=bound_symbols,
+            output=self.output,
+            function_name=self.function_name,
+            provenance=provenance,
+            output_treespec=self.output_treespec,
+        )
+
+    def python_code(self, *, subsymbol_depth: int = 1):
+        from thunder_core.ir.codegen import trace_to_python
+
+        return trace_to_python(self, subsymbol_depth=subsymbol_depth)
+
+    def python(self, *, subsymbol_depth: int = 1) -> str:
+        """The trace as valid, readable Python source."""
+        return self.python_code(subsymbol_depth=subsymbol_depth).source
+
+    def python_callable(self):
+        """Compile the trace into a Python function taking ``inputs`` in order."""
+        if self._callable is None:
+            self._callable = self.python_code(subsymbol_depth=0).callable()
+        return self._callable
+
+    def __str__(self) -> str:
+        return self.python()
+
+    def __repr__(self) -> str:
+        return f"<Trace {self.provenance or ''}: {len(self.bound_symbols)} bound symbols>"

@@ -1,0 +1,1 @@
+"""``thunder_core.jit``: the user-facing compiler entry points."""

@@ -1,0 +1,103 @@
+"""``ThunderModule``: a jitted ``nn.Module`` that behaves like the original.
+
+Parameters and buffers are inputs of the trace (so ``.to()``, optimizers and
+``load_state_dict`` keep working on the original tensors); they are swapped for proxies
+in the module's own ``_parameters``/``_buffers`` dicts only while the forward is captured.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from thunder_core.jit.function import ThunderFunction
+
+
+class _ModuleState:
+    """The parameters and buffers of a module, as extra inputs of its jitted forward."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+        self.slots = []  # (owner module, "_parameters" | "_buffers", attribute, full name)
+        for prefix, owner in module.named_modules(remove_duplicate=False):
+            for kind in ("_parameters", "_buffers"):
+                for attr, tensor in getattr(owner, kind).items():
+                    if tensor is not None:
+                        self.slots.append((owner, kind, attr, f"{prefix}.{attr}" if prefix else attr))
+        self._training = [m for _, m in module.named_modules()]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
+
+    def named_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        return [(name, getattr(owner, kind)[attr]) for owner, kind, attr, name in self.slots]
+
+    def key(self) -> tuple:
+        return tuple(m.training for m in self._training)
+
+    def describe(self) -> dict[str, str]:
+        out = {"module.training": str(self.module.training)}
+        for name, t in self.named_tensors():
+            out[name] = f"tensor {tuple(t.shape)} {t.dtype} on {t.device}, requires_grad={t.requires_grad}"
+        return out
+
+    @contextmanager
+    def binder(self, proxies):
+        saved = [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
+        try:
+            for (owner, kind, attr, _), proxy in zip(self.slots, proxies):
+                getattr(owner, kind)[attr] = proxy
+            yield
+        finally:
+            for (owner, kind, attr, _), tensor in zip(self.slots, saved):
+                getattr(owner, kind)[attr] = tensor
+
+
+class ThunderModule(nn.Module):
+    """The module returned by ``thunder_core.jit(module)``.
+
+    ``parameters()``, ``state_dict()``, ``load_state_dict()``, ``train()/eval()`` and
+    ``.to()`` act on the original module, with the original names; attribute access
+    falls through to it.
+    """
+
+    def __init__(self, module: nn.Module, **options):
+        super().__init__()
+        self._model = module
+        self._state = _ModuleState(module)
+        self._forward = ThunderFunction(self._call_original, state=self._state, **options)
+
+    def _call_original(self, *args, **kwargs):
+        return self._model(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self._forward(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_model"], name)
+
+    def state_dict(self, *args, **kwargs):
+        return self._model.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._model.load_state_dict(*args, **kwargs)
+
+    def named_parameters(self, *args, **kwargs):
+        return self._model.named_parameters(*args, **kwargs)
+
+    def named_buffers(self, *args, **kwargs):
+        return self._model.named_buffers(*args, **kwargs)
+
+    def named_modules(self, *args, **kwargs):
+        return self._model.named_modules(*args, **kwargs)
+
+    def named_children(self):
+        return self._model.named_children()
+
+    def __repr__(self) -> str:
+        return f"ThunderModule({self._model!r})"

@@ -1,0 +1,19 @@
+"""Operations: prims and the torch-level symbols that decompose into them.
+
+Importing this package registers every torch-level symbol in the table that capture
+consults (``thunder_core.ops.registry``).
+"""
+
+from thunder_core.ops import (  # noqa: F401  (imported to register their symbols)
+    conversions,
+    creation,
+    elementwise,
+    indexing,
+    nn,
+    prims,
+    reductions,
+    shapes,
+)
+from thunder_core.ops.registry import TORCH_SYMBOLS, register_torch_op, torch_path
+
+__all__ = ["TORCH_SYMBOLS", "prims", "register_torch_op", "torch_path"]

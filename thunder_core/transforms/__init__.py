@@ -1,0 +1,1 @@
+"""Trace transforms: each a function ``Trace -> Trace`` with one job."""

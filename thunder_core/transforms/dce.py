@@ -1,0 +1,30 @@
+"""Dead-code elimination.
+
+Pre: a trace. Post: every bound symbol left either produces a value that the output or
+a later kept bound symbol reads, or has a side effect (an in-place op).
+"""
+
+from __future__ import annotations
+
+import time
+
+from thunder_core.ir.symbols import INPLACE
+from thunder_core.ir.trace import Provenance, Trace
+from thunder_core.ir.tree import leaves
+
+
+def _names(tree) -> set[str]:
+    return {x.name for x in leaves(tree) if hasattr(x, "name") and isinstance(getattr(x, "name"), str)}
+
+
+def dce(trace: Trace) -> Trace:
+    start = time.perf_counter()
+    needed = _names(trace.output)
+    kept = []
+    for bsym in reversed(trace.bound_symbols):
+        outputs = {p.name for p in bsym.flat_outputs()}
+        if bsym.symbol.has_tag(INPLACE) or outputs & needed:
+            kept.append(bsym)
+            needed |= {p.name for p in bsym.flat_args()}
+    kept.reverse()
+    return trace.with_bound_symbols(kept, Provenance("dce", time.perf_counter() - start))
