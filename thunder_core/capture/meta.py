@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.tree import tree_map
+from thunder_core.ir.tree import leaves, tree_map
 
 
 def _target_device(args, kwargs) -> torch.device:
@@ -30,6 +30,31 @@ def _target_device(args, kwargs) -> torch.device:
         elif isinstance(x, dict):
             stack[:0] = list(x.values())
     return real if real is not None else torch.get_default_device()
+
+
+def _sample(x):
+    if isinstance(x, TensorProxy):
+        if x.dtype.is_floating_point or x.dtype.is_complex:
+            return torch.rand(x.shape, dtype=x.dtype)  # in [0, 1): passes value checks such as weights >= 0
+        return torch.zeros(x.shape, dtype=x.dtype)
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu()
+    return x
+
+
+def _run_on_sample_data(fn, args, kwargs):
+    """Outputs of ``fn`` on random CPU stand-ins, for ops that have no meta kernel.
+
+    Only tensor outputs are trusted: a Python value computed this way would be a guess
+    about the real data, so it is refused as data-dependent.
+    """
+    from thunder_core.capture.mode import data_dependent_error
+
+    with torch.random.fork_rng():
+        out = fn(*tree_map(_sample, args), **{k: ("cpu" if k == "device" else tree_map(_sample, v)) for k, v in kwargs.items()})
+    if not any(isinstance(y, torch.Tensor) for y in leaves(out)):
+        raise data_dependent_error(f"computes a Python value from tensor data ({getattr(fn, '__name__', fn)})")
+    return tree_map(lambda y: y.to("meta") if isinstance(y, torch.Tensor) else y, out)
 
 
 def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
@@ -60,8 +85,12 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
     device = _target_device(args, kwargs)
     meta_args = tree_map(to_meta, args)
     meta_kwargs = {k: ("meta" if k == "device" and v is not None else tree_map(to_meta, v)) for k, v in kwargs.items()}
-    with torch.device("meta"):
-        out = fn(*meta_args, **meta_kwargs)
+    try:
+        with torch.device("meta"):
+            out = fn(*meta_args, **meta_kwargs)
+    except NotImplementedError:
+        # No meta kernel: learn the output metadata from a run on sample CPU data.
+        out = _run_on_sample_data(fn, args, kwargs)
     by_meta = {id(meta): proxy for meta, proxy in metas.values()}
 
     def to_proxy(y):

@@ -7,7 +7,7 @@ import os
 
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.capture.source import user_location
-from thunder_core.errors import CaptureError
+from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
 from thunder_core.ir.tree import leaves, tree_map
@@ -54,15 +54,30 @@ class Recorder:
         return TensorProxy(self.namer(), shape, dtype, device, requires_grad, strides)
 
     def outputs(self, symbol: Symbol, args: tuple, kwargs: dict):
-        if symbol.meta is not None:
-            return symbol.meta(*args, **kwargs)
-        return run_on_meta(symbol.impl, args, kwargs, self.new_proxy, inplace=symbol.has_tag(INPLACE))
+        try:
+            if symbol.meta is not None:
+                return symbol.meta(*args, **kwargs)
+            return run_on_meta(symbol.impl, args, kwargs, self.new_proxy, inplace=symbol.has_tag(INPLACE))
+        except ThunderCoreError:
+            raise
+        except Exception as error:
+            if "item() cannot be called on meta" in str(error) or "data-dependent" in str(error).lower():
+                from thunder_core.capture.mode import data_dependent_error
+
+                raise data_dependent_error(f"reads tensor data inside {symbol.printed_name}") from error
+            if self.top_level:
+                where = user_location()
+                error.add_note(
+                    f"thunder_core: raised while capturing {symbol.printed_name}"
+                    + (f" at {where.filename}:{where.lineno}: `{where.line}`" if where else "")
+                )
+            raise
 
     def record(self, symbol: Symbol, args: tuple, kwargs: dict):
         args = tree_map(lambda x: x, args)  # freeze the caller's lists
         kwargs = dict(kwargs)
         output = self.outputs(symbol, args, kwargs)
-        if symbol.has_tag(OPAQUE) and not _proxies(output):
+        if symbol.has_tag(OPAQUE) and not symbol.has_tag(INPLACE) and not _proxies(output):
             return output  # a metadata query such as x.is_contiguous(): nothing to record
         subsymbols = []
         if symbol.decomposition is not None and not symbol.has_tag(INPLACE):

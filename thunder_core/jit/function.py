@@ -76,7 +76,10 @@ class ThunderFunction:
                 return self._miss(key, args, args, kwargs)
             key = [key[0]]
         leaves: list = []
-        add_to_key(args, key, leaves, "args")
+        key.append(len(args))
+        names = self._names
+        for i, a in enumerate(args):
+            add_to_key(a, key, leaves, names[i] if i < len(names) else f"args[{i}]")
         if kwargs:
             key.append(tuple(kwargs))
             for name, value in kwargs.items():

@@ -1,0 +1,112 @@
+"""Running PyTorch's OpInfo samples through thunder_core and comparing with eager.
+
+Shared by the core's OpInfo tests and the executor conformance kit.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch.utils import _pytree as pytree
+
+import thunder_core
+from thunder_core.ir.interpret import eval_trace
+from thunder_core.ir.symbols import OPAQUE
+
+SAMPLES_PER_OP = 3
+
+
+def op_db():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    return db
+
+
+def opinfo_id(opinfo) -> str:
+    return opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
+
+
+@dataclass
+class SampleCase:
+    fn: object  # takes the tensor leaves
+    leaves: list
+    reference: object
+
+
+def sample_cases(opinfo, device="cpu", dtype=torch.float32, n=SAMPLES_PER_OP):
+    """The op's first samples as functions of their tensor leaves."""
+    cases = []
+    for sample in opinfo.sample_inputs(device, dtype, requires_grad=False):
+        flat, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+        positions = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+
+        def fn(*tensors, flat=flat, spec=spec, positions=positions):
+            values = list(flat)
+            for i, t in zip(positions, tensors):
+                values[i] = t
+            inp, args, kwargs = pytree.tree_unflatten(values, spec)
+            return opinfo.op(inp, *args, **kwargs)
+
+        cases.append(SampleCase(fn, [flat[i] for i in positions], None))
+        if len(cases) >= n:
+            break
+    return cases
+
+
+def clone_leaves(leaves):
+    return [t.clone() for t in leaves]
+
+
+def draws_random_numbers(opinfo) -> bool:
+    """OpInfos of random ops wrap the op in ``wrapper_set_seed``; uninitialized memory is random too."""
+    code = getattr(opinfo.op, "__code__", None)
+    return "empty" in opinfo.name or (code is not None and "wrapper_set_seed" in code.co_names)
+
+
+def is_deterministic(case) -> bool:
+    """Eager gives the same result twice and draws nothing from the random number generator.
+
+    (Random OpInfos reseed inside the op, so comparing two runs is not enough: the RNG
+    state moving is what gives them away.)
+    """
+    try:
+        with torch.random.fork_rng():
+            state = torch.get_rng_state()
+            a = case.fn(*clone_leaves(case.leaves))
+            if not torch.equal(state, torch.get_rng_state()):
+                return False
+            b = case.fn(*clone_leaves(case.leaves))
+        torch.testing.assert_close(a, b, equal_nan=True)
+    except Exception:
+        return False
+    return True
+
+
+def _comparable(x):
+    if isinstance(x, torch.Tensor) and x.dtype.itemsize == 1 and x.dtype.is_floating_point:
+        return x.to(torch.float32)  # float8: assert_close only compares these bitwise
+    return x
+
+
+def assert_same(actual, expected):
+    actual, expected = pytree.tree_map(_comparable, actual), pytree.tree_map(_comparable, expected)
+    torch.testing.assert_close(actual, expected, equal_nan=True, atol=1e-5, rtol=1.3e-6)
+
+
+def run_case(case):
+    """(result through thunder_core, eager result, captured trace)."""
+    expected = case.fn(*clone_leaves(case.leaves))
+    jfn = thunder_core.jit(case.fn)
+    actual = jfn(*clone_leaves(case.leaves))
+    return actual, expected, thunder_core.last_traces(jfn)[0]
+
+
+def opaque_ops(trace) -> list[str]:
+    return [b.symbol.printed_name for b in trace.bound_symbols if b.symbol.has_tag(OPAQUE)]
+
+
+def run_decomposed(trace, case):
+    return eval_trace(trace, *clone_leaves(case.leaves), decompose=True)

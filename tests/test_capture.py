@@ -1,0 +1,148 @@
+"""Capture: what jit accepts, what it refuses, and how unknown ops are handled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder_core
+from thunder_core import DataDependentError
+
+
+def test_nested_structures_kwargs_and_numbers():
+    def fn(xs, cfg, *, bias, scale=2):
+        a, b = xs
+        return {"sum": (a + b) * cfg["w"] + bias, "list": [a * scale, cfg["n"]]}
+
+    jfn = thunder_core.jit(fn)
+    xs = (torch.randn(3), torch.randn(3))
+    cfg = {"w": torch.randn(3), "n": 4}
+    expected = fn(xs, cfg, bias=torch.zeros(3), scale=3)
+    torch.testing.assert_close(jfn(xs, cfg, bias=torch.zeros(3), scale=3), expected)
+
+
+def test_factories_inside_the_function():
+    def fn(x):
+        n = x.shape[-1]
+        mask = torch.ones(n, n).tril().bool()
+        pos = torch.arange(n) * 2
+        return torch.where(mask, x, 0.0) + pos + torch.zeros_like(x) + torch.full((n, n), 3.0)
+
+    x = torch.randn(5, 5)
+    torch.testing.assert_close(thunder_core.jit(fn)(x), fn(x))
+
+
+def test_unregistered_op_is_captured_as_an_opaque_call():
+    def fn(x):
+        return torch.special.bessel_j0(x) + torch.cummax(x, 0).values
+
+    x = torch.randn(4, 3)
+    jfn = thunder_core.jit(fn)
+    torch.testing.assert_close(jfn(x), fn(x))
+    source = thunder_core.last_traces(jfn)[0].python()
+    assert "torch.special.bessel_j0(x)" in source
+    assert "opaque: no thunder_core symbol, run by the torch executor" in source
+
+
+def test_branch_on_tensor_data_names_the_line_and_the_ways_out():
+    def fn(x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+    with pytest.raises(DataDependentError) as info:
+        thunder_core.jit(fn)(torch.randn(3))
+    message = str(info.value)
+    assert "test_capture.py" in message and "if x.sum() > 0:" in message
+    assert "torch.where" in message and "Python bool" in message
+
+
+def test_item_is_refused_as_data_dependent():
+    with pytest.raises(DataDependentError, match="Tensor.item"):
+        thunder_core.jit(lambda x: x * x.max().item())(torch.randn(3))
+
+
+def test_branch_on_shapes_and_python_values_is_specialized():
+    def fn(x, flag):
+        if x.shape[0] > 2 and flag:
+            return x * 2
+        return x - 1
+
+    jfn = thunder_core.jit(fn)
+    for shape, flag in [((3,), True), ((3,), False), ((1,), True)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(jfn(x, flag), fn(x, flag))
+    assert thunder_core.cache_info(jfn).entries == 3
+
+
+def test_unsupported_argument_type_names_the_argument():
+    class Config:
+        pass
+
+    def fn(x, cfg):
+        return x
+
+    with pytest.raises(TypeError, match=r"argument 'cfg' has type .*Config"):
+        thunder_core.jit(fn)(torch.randn(2), Config())
+    with pytest.raises(TypeError, match=r"argument 'args\[1\]\[0\]'"):
+        thunder_core.jit(lambda *xs: xs[0])(torch.randn(2), [object()])
+
+
+def test_inplace_ops_on_inputs_keep_eager_semantics():
+    def fn(x, y):
+        x.add_(1)
+        y[0] = 5.0
+        return x * 2, y.sum()
+
+    a, b = torch.randn(3), torch.randn(3)
+    a2, b2 = a.clone(), b.clone()
+    expected = fn(a2, b2)
+    jfn = thunder_core.jit(fn)
+    actual = jfn(a, b)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(a, a2)  # the caller sees the mutation, as in eager
+    torch.testing.assert_close(b, b2)
+    # and again from the cache: the mutation happens on every call
+    jfn(a, b)
+    fn(a2, b2)
+    torch.testing.assert_close(a, a2)
+
+
+def test_inplace_on_a_leaf_that_requires_grad_raises_like_eager():
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        thunder_core.jit(lambda w: w.mul_(2))(w)
+
+
+def test_views_alias_like_eager():
+    def fn(x):
+        v = x.view(2, 3)
+        v.mul_(2)
+        return x.clone(), v.transpose(0, 1).contiguous()
+
+    x = torch.randn(6)
+    x2 = x.clone()
+    torch.testing.assert_close(thunder_core.jit(fn)(x), fn(x2))
+
+
+def test_gradients_flow_through_the_compiled_function():
+    w = torch.randn(4, 4, requires_grad=True)
+    x = torch.randn(2, 4)
+
+    def loss(w, x):
+        return torch.nn.functional.gelu(x @ w).pow(2).mean()
+
+    thunder_core.jit(loss)(w, x).backward()
+    grad = w.grad.clone()
+    w.grad = None
+    loss(w, x).backward()
+    torch.testing.assert_close(grad, w.grad)
+
+
+def test_returning_an_opaque_object_is_a_clear_error():
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+    with pytest.raises(TypeError, match="cannot look inside"):
+        thunder_core.jit(lambda x: Box(x))(torch.randn(2))
