@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keyword
+from contextlib import contextmanager, nullcontext
 import re
 import time
 
@@ -61,6 +62,24 @@ class _InputBuilder:
         return x
 
 
+@contextmanager
+def _compiling():
+    """``torch.compiler.is_compiling()`` is True while capturing, as under torch.compile.
+
+    Libraries (transformers among them) test it to skip data-dependent checks and take
+    their trace-friendly code paths.
+    """
+    saved = getattr(torch.compiler, "_is_compiling_flag", None)
+    if saved is None:
+        yield
+        return
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = saved
+
+
 def _is_plain(out) -> bool:
     if type(out) in (tuple, list):
         return all(_is_plain(x) for x in out)
@@ -94,10 +113,8 @@ def capture(
     extra_proxies = [builder.proxify(t, name) for name, t in extra_inputs]
 
     recorder = Recorder(Namer(builder.taken), top_level=True)
-    from contextlib import nullcontext
-
     binder = extra_binder(extra_proxies) if extra_binder is not None else nullcontext()
-    with binder, record_scope(recorder), CaptureMode():
+    with binder, _compiling(), record_scope(recorder), CaptureMode():
         out = fn(*proxy_args, **proxy_kwargs)
 
     treespec = None

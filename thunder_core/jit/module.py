@@ -96,8 +96,5 @@ class ThunderModule(nn.Module):
     def named_modules(self, *args, **kwargs):
         return self._model.named_modules(*args, **kwargs)
 
-    def named_children(self):
-        return self._model.named_children()
-
     def __repr__(self) -> str:
         return f"ThunderModule({self._model!r})"

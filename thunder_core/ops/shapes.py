@@ -46,7 +46,9 @@ def _reshape(a, *shape):
     return prims.reshape(a, target)
 
 
-register_torch_op("reshape", torch.reshape, T.reshape, decomposition=_reshape)
+# Where a Tensor method takes more call forms (``x.reshape(2, 3)`` and ``x.reshape((2, 3))``)
+# than the torch function, the method is the impl so that every alias can be run by it.
+register_torch_op("reshape", T.reshape, torch.reshape, decomposition=_reshape)
 register_torch_op("view", T.view, decomposition=_reshape)
 register_torch_op("view_as", T.view_as, decomposition=lambda a, other: _reshape(a, tuple(other.shape)))
 register_torch_op("reshape_as", T.reshape_as, decomposition=lambda a, other: _reshape(a, tuple(other.shape)))
@@ -79,7 +81,7 @@ def _permute(a, *dims):
     return prims.permute(a, dims)
 
 
-register_torch_op("permute", torch.permute, T.permute, decomposition=_permute)
+register_torch_op("permute", T.permute, torch.permute, decomposition=_permute)
 
 
 def _transpose(a, dim0, dim1):
@@ -222,7 +224,7 @@ def _flip(a, *dims):
     return prims.flip(a, dims)
 
 
-register_torch_op("flip", torch.flip, T.flip, decomposition=_flip)
+register_torch_op("flip", T.flip, torch.flip, decomposition=_flip)
 
 
 def _triangle(lower: bool):

@@ -1,0 +1,97 @@
+"""The cache of compiled traces: what it is keyed on and how it reports."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import thunder_core
+
+
+def add(a, b):
+    return a + b
+
+
+def test_hits_misses_and_entries():
+    jfn = thunder_core.jit(add)
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    for _ in range(3):
+        jfn(a, b)
+    info = thunder_core.cache_info(jfn)
+    assert (info.hits, info.misses, info.entries) == (2, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: torch.randn(4, 3),  # shape
+        lambda t: t.double(),  # dtype
+        lambda t: t.clone().requires_grad_(),  # requires_grad
+    ],
+    ids=["shape", "dtype", "requires_grad"],
+)
+def test_a_change_of_metadata_recompiles(change):
+    jfn = thunder_core.jit(lambda a: a * 2)
+    a = torch.randn(2, 3)
+    jfn(a)
+    b = change(a)
+    torch.testing.assert_close(jfn(b), b * 2)
+    assert thunder_core.cache_info(jfn).entries == 2
+
+
+def test_device_is_part_of_the_key():
+    from thunder_core.jit.cache_key import add_to_key
+
+    keys = []
+    for device in ("cpu", "meta"):
+        key: list = []
+        add_to_key(torch.empty(2, device=device), key, [], "x")
+        keys.append(tuple(key))
+    assert keys[0] != keys[1]
+
+
+def test_grad_mode_recompiles():
+    jfn = thunder_core.jit(add)
+    a, b = torch.randn(2), torch.randn(2, requires_grad=True)
+    assert jfn(a, b).requires_grad
+    with torch.no_grad():
+        assert not jfn(a, b).requires_grad
+    assert thunder_core.cache_info(jfn).entries == 2
+
+
+def test_python_values_are_specialized_and_keyed():
+    jfn = thunder_core.jit(lambda x, n, mode: x * n if mode == "mul" else x + n)
+    x = torch.randn(3)
+    torch.testing.assert_close(jfn(x, 2, "mul"), x * 2)
+    torch.testing.assert_close(jfn(x, 3, "mul"), x * 3)
+    torch.testing.assert_close(jfn(x, 3, "add"), x + 3)
+    torch.testing.assert_close(jfn(x, 3.0, "add"), x + 3.0)  # int and float are different keys
+    assert thunder_core.cache_info(jfn).entries == 4
+
+
+def test_recompile_limit_warns_with_what_kept_changing_and_stays_correct():
+    jfn = thunder_core.jit(add, recompile_limit=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 6):
+            a, b = torch.randn(n), torch.randn(n)
+            torch.testing.assert_close(jfn(a, b), a + b)
+    messages = [str(w.message) for w in caught if "recompile_limit" in str(w.message)]
+    assert len(messages) == 1
+    assert "a: tensor (2,)" in messages[0] and "-> tensor (3,)" in messages[0]
+    assert thunder_core.cache_info(jfn).entries == 2
+
+
+def test_cached_call_runs_the_generated_code_not_the_python_function():
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        return x + 1
+
+    jfn = thunder_core.jit(fn)
+    for _ in range(5):
+        jfn(torch.randn(3))
+    assert len(calls) == 1  # only the capture ran the Python function

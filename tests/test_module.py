@@ -1,0 +1,90 @@
+"""jit(module): a module that behaves like the original."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import thunder_core
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.norm = nn.LayerNorm(16)
+        self.drop = nn.Dropout(0.5)
+        self.fc2 = nn.Linear(16, 4)
+        self.register_buffer("offset", torch.arange(4.0))
+
+    def forward(self, x):
+        return self.fc2(self.drop(torch.relu(self.norm(self.fc1(x))))) + self.offset
+
+
+def _pair():
+    torch.manual_seed(0)
+    model = MLP()
+    return model, thunder_core.jit(model)
+
+
+def test_forward_matches_eager_in_eval_mode():
+    model, jmodel = _pair()
+    jmodel.eval()
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(jmodel(x), model(x))
+
+
+def test_parameters_and_state_dict_are_the_originals():
+    model, jmodel = _pair()
+    assert list(jmodel.state_dict()) == list(model.state_dict())
+    assert [p is q for p, q in zip(jmodel.parameters(), model.parameters())] == [True] * 6
+    assert dict(jmodel.named_buffers()).keys() == {"offset"}
+    jmodel.load_state_dict({k: torch.zeros_like(v) for k, v in model.state_dict().items()})
+    assert torch.count_nonzero(model.fc1.weight) == 0
+
+
+def test_train_eval_switch_is_seen():
+    model, jmodel = _pair()
+    x = torch.randn(64, 8)
+    jmodel.eval()
+    assert not model.training
+    torch.testing.assert_close(jmodel(x), model(x))
+    jmodel.train()
+    assert model.training and model.drop.training
+    out = jmodel(x)
+    assert not torch.allclose(out, model.eval()(x))  # dropout is active in train mode
+    assert thunder_core.cache_info(jmodel).entries == 2
+
+
+def test_to_dtype_recompiles_and_matches():
+    model, jmodel = _pair()
+    jmodel.eval()
+    x = torch.randn(5, 8)
+    jmodel(x)
+    jmodel.to(torch.float64)
+    assert model.fc1.weight.dtype == torch.float64
+    torch.testing.assert_close(jmodel(x.double()), model(x.double()))
+    assert thunder_core.cache_info(jmodel).entries == 2
+
+
+def test_training_with_an_optimizer_matches_eager():
+    torch.manual_seed(0)
+    ref = MLP().eval()
+    model = MLP().eval()
+    model.load_state_dict(ref.state_dict())
+    jmodel = thunder_core.jit(model)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(jmodel.parameters(), lr=1e-2)
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+    for _ in range(5):
+        for m, o in ((ref, opt_ref), (jmodel, opt)):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            o.step()
+    torch.testing.assert_close(jmodel(x), ref(x))
+
+
+def test_attribute_access_falls_through():
+    model, jmodel = _pair()
+    assert jmodel.fc1 is model.fc1
+    assert "ThunderModule" in repr(jmodel)
