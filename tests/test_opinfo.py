@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from opinfo_known_failures import KNOWN_FORWARD_FAILURES
 from opinfo_support import (
     assert_same,
     draws_random_numbers,
     is_deterministic,
     op_db,
-    opinfo_id,
     opaque_ops,
+    opinfo_id,
     run_case,
     run_decomposed,
     sample_cases,

@@ -39,7 +39,7 @@ def test_printed_trace_names_inputs_shapes_dtypes_and_source_lines():
     source = thunder_core.last_traces(jfn)[0].python()
     assert "def computation(x, w, b, scale):" in source
     assert '# x: "cpu f32[4, 8]"' in source
-    assert 'f32[4, 16]' in source
+    assert "f32[4, 16]" in source
     assert "torch.nn.functional.linear(x, w, b)" in source
     assert "test_trace.py" in source and "h = F.linear(x, w, b)" in source
     assert "prims.matmul" in source  # the decomposition is shown under the op

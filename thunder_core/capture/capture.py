@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import keyword
-from contextlib import contextmanager, nullcontext
 import re
 import time
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.utils import _pytree as pytree
@@ -16,7 +16,18 @@ from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.trace import Provenance, Trace
 
 RESERVED_NAMES = frozenset({"torch", "prims"})
-_PLAIN_LEAVES = (TensorProxy, torch.Tensor, int, float, bool, complex, str, type(None), torch.dtype, torch.device)
+_PLAIN_LEAVES = (
+    TensorProxy,
+    torch.Tensor,
+    int,
+    float,
+    bool,
+    complex,
+    str,
+    type(None),
+    torch.dtype,
+    torch.device,
+)
 
 
 def _identifier(path: str) -> str:

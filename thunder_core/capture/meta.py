@@ -51,9 +51,14 @@ def _run_on_sample_data(fn, args, kwargs):
     from thunder_core.capture.mode import data_dependent_error
 
     with torch.random.fork_rng():
-        out = fn(*tree_map(_sample, args), **{k: ("cpu" if k == "device" else tree_map(_sample, v)) for k, v in kwargs.items()})
+        out = fn(
+            *tree_map(_sample, args),
+            **{k: ("cpu" if k == "device" else tree_map(_sample, v)) for k, v in kwargs.items()},
+        )
     if not any(isinstance(y, torch.Tensor) for y in leaves(out)):
-        raise data_dependent_error(f"computes a Python value from tensor data ({getattr(fn, '__name__', fn)})")
+        raise data_dependent_error(
+            f"computes a Python value from tensor data ({getattr(fn, '__name__', fn)})"
+        )
     return tree_map(lambda y: y.to("meta") if isinstance(y, torch.Tensor) else y, out)
 
 
@@ -84,7 +89,9 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
 
     device = _target_device(args, kwargs)
     meta_args = tree_map(to_meta, args)
-    meta_kwargs = {k: ("meta" if k == "device" and v is not None else tree_map(to_meta, v)) for k, v in kwargs.items()}
+    meta_kwargs = {
+        k: ("meta" if k == "device" and v is not None else tree_map(to_meta, v)) for k, v in kwargs.items()
+    }
     try:
         with torch.device("meta"):
             out = fn(*meta_args, **meta_kwargs)

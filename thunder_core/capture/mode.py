@@ -79,7 +79,11 @@ class CaptureMode(TorchFunctionMode):
         if func is T.__repr__ or func is T.__format__ or func is T.__str__:
             return repr(args[0]) if isinstance(args[0], TensorProxy) else func(*args, **kwargs)
         if func is T.__iter__:
-            return iter(_dispatch(torch.unbind, (args[0], 0), {})) if isinstance(args[0], TensorProxy) else func(*args)
+            return (
+                iter(_dispatch(torch.unbind, (args[0], 0), {}))
+                if isinstance(args[0], TensorProxy)
+                else func(*args)
+            )
         return _dispatch(func, args, kwargs)
 
 

@@ -37,7 +37,9 @@ class Trace:
     output_treespec: Any = None
     _callable: Any = field(default=None, repr=False)
 
-    def with_bound_symbols(self, bound_symbols: list[BoundSymbol], provenance: Provenance | None = None) -> Trace:
+    def with_bound_symbols(
+        self, bound_symbols: list[BoundSymbol], provenance: Provenance | None = None
+    ) -> Trace:
         """A new trace with the same signature and other bound symbols."""
         return Trace(
             inputs=self.inputs,

@@ -136,7 +136,9 @@ class ThunderFunction:
         for old in self._descriptions[-3:]:
             for path in sorted(set(old) | set(description)):
                 if old.get(path) != description.get(path):
-                    changes.append(f"  {path}: {old.get(path, '(absent)')} -> {description.get(path, '(absent)')}")
+                    changes.append(
+                        f"  {path}: {old.get(path, '(absent)')} -> {description.get(path, '(absent)')}"
+                    )
         changed = "\n".join(dict.fromkeys(changes)) or "  (nothing visible in the arguments)"
         name = getattr(self._fn, "__qualname__", repr(self._fn))
         warnings.warn(

@@ -27,7 +27,9 @@ def _parse_to(a, args, kwargs) -> tuple[torch.dtype, torch.device]:
 
 
 def _converted_proxy(a, dtype, device):
-    requires_grad = a.requires_grad and torch.is_grad_enabled() and (dtype.is_floating_point or dtype.is_complex)
+    requires_grad = (
+        a.requires_grad and torch.is_grad_enabled() and (dtype.is_floating_point or dtype.is_complex)
+    )
     strides = a.stride() if (dtype == a.dtype and device == a.device) else None
     if strides is None:
         strides = torch.empty_strided(a.shape, a.stride(), device="meta").to(dtype).stride()

@@ -9,13 +9,15 @@ import torch
 from thunder_core.ir.symbols import RANDOM
 from thunder_core.ops import prims
 from thunder_core.ops._helpers import NoDecomposition, is_tensor
-from thunder_core.ops.shapes import _sizes
 from thunder_core.ops.registry import register_torch_op
+from thunder_core.ops.shapes import _sizes
 
 T = torch.Tensor
 
 
-def _plain_options(layout=None, requires_grad=False, pin_memory=False, memory_format=None, out=None, names=None):
+def _plain_options(
+    layout=None, requires_grad=False, pin_memory=False, memory_format=None, out=None, names=None
+):
     if requires_grad or pin_memory or out is not None or names is not None:
         raise NoDecomposition
     if layout not in (None, torch.strided):

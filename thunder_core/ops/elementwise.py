@@ -64,7 +64,10 @@ for _kind, _names in _UNARY.items():
         if _name == "atan":
             _extra += [torch.arctan]
         register_torch_op(
-            _name, getattr(torch, _name), *_aliases(_name, _extra), decomposition=_unary(getattr(prims, _name), _kind)
+            _name,
+            getattr(torch, _name),
+            *_aliases(_name, _extra),
+            decomposition=_unary(getattr(prims, _name), _kind),
         )
 
 
@@ -268,7 +271,9 @@ def _gelu(a, approximate="none"):
     computation, result = promote(a, kind=Kind.INT_TO_FLOAT)
     x = convert(a, computation)
     if approximate == "tanh":
-        inner = prims.mul(prims.add(x, prims.mul(prims.mul(prims.mul(x, x), x), 0.044715)), math.sqrt(2 / math.pi))
+        inner = prims.mul(
+            prims.add(x, prims.mul(prims.mul(prims.mul(x, x), x), 0.044715)), math.sqrt(2 / math.pi)
+        )
         out = prims.mul(prims.mul(x, 0.5), prims.add(prims.tanh(inner), 1.0))
     else:
         out = prims.mul(prims.mul(x, 0.5), prims.add(prims.erf(prims.mul(x, 1 / math.sqrt(2))), 1.0))

@@ -53,7 +53,11 @@ def _getitem(a, index):
             out_shape.append(("kept", dim))
         dim += 1
     x = a
-    if any(s != 0 for s in starts) or any(e != n for e, n in zip(ends, a.shape)) or any(s != 1 for s in steps):
+    if (
+        any(s != 0 for s in starts)
+        or any(e != n for e, n in zip(ends, a.shape))
+        or any(s != 1 for s in steps)
+    ):
         x = prims.slice(x, starts, ends, steps)
     if squeezed:
         x = prims.squeeze(x, tuple(squeezed))

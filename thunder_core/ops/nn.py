@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from thunder_core.ir.symbols import RANDOM
 from thunder_core.ops import prims
 from thunder_core.ops._helpers import NoDecomposition, broadcast_to, canonical_dim, convert
+from thunder_core.ops.reductions import _keep
 from thunder_core.ops.registry import register_torch_op, swap_first_two
 from thunder_core.ops.shapes import _reshape, _transpose
-from thunder_core.ops.reductions import _keep
 
 T = torch.Tensor
 
@@ -40,7 +40,9 @@ def _linear(x, weight, bias=None):
 register_torch_op("linear", F.linear, decomposition=_linear)
 
 
-def _embedding(indices, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+def _embedding(
+    indices, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False
+):
     if max_norm is not None:
         raise NoDecomposition  # renormalizes the weight in place
     flat = prims.reshape(indices, (-1,)) if indices.ndim != 1 else indices
@@ -174,7 +176,11 @@ def _cross_entropy(
 ):
     if weight is not None or size_average is not None or reduce is not None or label_smoothing != 0.0:
         raise NoDecomposition
-    if target.dtype.is_floating_point or logits.ndim not in (1, 2) or reduction not in ("mean", "sum", "none"):
+    if (
+        target.dtype.is_floating_point
+        or logits.ndim not in (1, 2)
+        or reduction not in ("mean", "sum", "none")
+    ):
         raise NoDecomposition  # probabilities as targets, or K-dimensional inputs
     class_dim = 0 if logits.ndim == 1 else 1
     logp = _log_softmax(logits, class_dim)
@@ -194,5 +200,3 @@ def _cross_entropy(
 
 
 register_torch_op("cross_entropy", F.cross_entropy, decomposition=_cross_entropy)
-
-

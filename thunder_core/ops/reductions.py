@@ -7,7 +7,14 @@ import math
 import torch
 
 from thunder_core.ops import prims
-from thunder_core.ops._helpers import NoDecomposition, broadcast_to, canonical_dim, canonical_dims, convert, is_tensor
+from thunder_core.ops._helpers import (
+    NoDecomposition,
+    broadcast_to,
+    canonical_dim,
+    canonical_dims,
+    convert,
+    is_tensor,
+)
 from thunder_core.ops.registry import register_torch_op
 
 T = torch.Tensor
@@ -139,8 +146,8 @@ def _max_or_min(extremum_prim, arg_prim, binary_prim):
         if out is not None:
             raise NoDecomposition
         if is_tensor(dim):  # torch.max(a, b): elementwise
-            from thunder_core.ops.elementwise import _binary
             from thunder_core.ops._helpers import Kind
+            from thunder_core.ops.elementwise import _binary
 
             return _binary(binary_prim, Kind.DEFAULT)(a, dim)
         if dim is None:

@@ -7,6 +7,7 @@ import math
 import torch
 
 from thunder_core.ops import prims
+from thunder_core.ops._helpers import Kind as _Kind
 from thunder_core.ops._helpers import (
     NoDecomposition,
     broadcast_to,
@@ -16,7 +17,6 @@ from thunder_core.ops._helpers import (
     is_tensor,
     promote,
 )
-from thunder_core.ops._helpers import Kind as _Kind
 from thunder_core.ops.registry import register_torch_op
 
 T = torch.Tensor
@@ -94,7 +94,13 @@ def _transpose(a, dim0, dim1):
 
 
 register_torch_op(
-    "transpose", torch.transpose, T.transpose, torch.swapaxes, T.swapaxes, torch.swapdims, decomposition=_transpose
+    "transpose",
+    torch.transpose,
+    T.transpose,
+    torch.swapaxes,
+    T.swapaxes,
+    torch.swapdims,
+    decomposition=_transpose,
 )
 register_torch_op("t", torch.t, T.t, decomposition=lambda a: _transpose(a, 0, 1))
 register_torch_op("T", T.T.__get__, decomposition=lambda a: _permute(a, tuple(reversed(range(a.ndim)))))
@@ -126,6 +132,8 @@ register_torch_op("unsqueeze", torch.unsqueeze, T.unsqueeze, decomposition=_unsq
 
 
 def _squeeze(a, dim=None):
+    if isinstance(dim, (tuple, list)) and not dim:
+        raise NoDecomposition  # squeeze(x, ()) squeezes nothing
     dims = canonical_dims(dim, a.ndim) if dim is not None else tuple(range(a.ndim))
     dims = tuple(d for d in dims if a.shape[d] == 1)
     if not dims:
@@ -188,7 +196,9 @@ def _split_with_sizes(a, split_sizes, dim=0):
     return _split(a, list(split_sizes), dim)
 
 
-register_torch_op("split_with_sizes", torch.split_with_sizes, T.split_with_sizes, decomposition=_split_with_sizes)
+register_torch_op(
+    "split_with_sizes", torch.split_with_sizes, T.split_with_sizes, decomposition=_split_with_sizes
+)
 
 
 def _chunk(a, chunks, dim=0):
@@ -219,8 +229,8 @@ def _unbind(a, dim=0):
 register_torch_op("unbind", torch.unbind, T.unbind, decomposition=_unbind)
 
 
-def _flip(a, *dims):
-    dims = canonical_dims(_sizes(dims), a.ndim)
+def _flip(a, *dims, **kwargs):
+    dims = canonical_dims(_sizes(dims) if dims else tuple(kwargs.pop("dims")), a.ndim)
     return prims.flip(a, dims)
 
 
@@ -274,4 +284,6 @@ def _repeat_interleave(a, repeats, dim=None, *, output_size=None):
     return prims.reshape(x, (*a.shape[:dim], a.shape[dim] * repeats, *a.shape[dim + 1 :]))
 
 
-register_torch_op("repeat_interleave", torch.repeat_interleave, T.repeat_interleave, decomposition=_repeat_interleave)
+register_torch_op(
+    "repeat_interleave", torch.repeat_interleave, T.repeat_interleave, decomposition=_repeat_interleave
+)

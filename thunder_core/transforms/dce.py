@@ -14,7 +14,7 @@ from thunder_core.ir.tree import leaves
 
 
 def _names(tree) -> set[str]:
-    return {x.name for x in leaves(tree) if hasattr(x, "name") and isinstance(getattr(x, "name"), str)}
+    return {x.name for x in leaves(tree) if hasattr(x, "name") and isinstance(x.name, str)}
 
 
 def dce(trace: Trace) -> Trace:

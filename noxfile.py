@@ -1,0 +1,67 @@
+"""Nox sessions: one per package (discovered under executors/ and plugins/) and per job.
+
+Every install goes through constraints.txt so that no session pulls the CUDA build of torch.
+
+    nox -s tests        # the core's test suite
+    nox -s lint         # ruff
+    nox -s demo         # examples/demo.py
+    nox -s bench        # benchmarks/
+    nox -l              # also lists one session per executor and plugin package
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _install_core(session: nox.Session, extras: str = "test") -> None:
+    session.install(*CONSTRAINTS, "torch")
+    session.install(*CONSTRAINTS, "-e", f".[{extras}]")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    _install_core(session)
+    session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    _install_core(session)
+    session.run("python", "examples/demo.py")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    _install_core(session)
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        session.run("python", str(script))
+
+
+def _package_sessions(kind: str) -> None:
+    for package in sorted((ROOT / kind).glob("*/pyproject.toml")):
+        folder = package.parent
+
+        @nox.session(name=f"{kind}:{folder.name}")
+        def package_tests(session: nox.Session, folder: Path = folder) -> None:
+            _install_core(session)
+            session.install(*CONSTRAINTS, "-e", f"{folder}[test]")
+            session.run("pytest", "-q", str(folder / "tests"), *session.posargs)
+
+
+_package_sessions("executors")
+_package_sessions("plugins")
