@@ -12,7 +12,7 @@ from torch import nn
 
 import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
-from thunder_core.inspection import cache_info, last_traces
+from thunder_core.inspection import cache_info, last_backward_traces, last_traces
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule
@@ -33,6 +33,7 @@ __all__ = [
     "Trace",
     "cache_info",
     "jit",
+    "last_backward_traces",
     "last_traces",
 ]
 

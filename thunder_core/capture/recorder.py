@@ -8,7 +8,7 @@ import os
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.capture.source import user_location
 from thunder_core.errors import CaptureError, ThunderCoreError
-from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.ops._helpers import NoDecomposition
@@ -35,7 +35,7 @@ class Namer:
 
 
 def _proxies(tree) -> list:
-    return [x for x in leaves(tree) if isinstance(x, (TensorProxy, NumberProxy))]
+    return [x for x in leaves(tree) if isinstance(x, PROXY_TYPES)]
 
 
 def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.symbols import BoundSymbol
 
 _counter = itertools.count()
@@ -81,7 +81,7 @@ class Printer:
         self.namespace.module("torch", torch)
 
     def value(self, x) -> str:
-        if isinstance(x, (TensorProxy, NumberProxy)):
+        if isinstance(x, PROXY_TYPES):
             return x.name
         if x is None or isinstance(x, (bool, int, str)):
             return repr(x)
@@ -118,7 +118,7 @@ class Printer:
         """The left-hand side that binds a bound symbol's output, or None."""
         if output is None:
             return None
-        if isinstance(output, (TensorProxy, NumberProxy)):
+        if isinstance(output, PROXY_TYPES):
             return output.name
         if isinstance(output, (tuple, list)):
             parts = [self.target(item) or "_" for item in output]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves, tree_map
 
 
 def _bind(env: dict, pattern, value) -> None:
-    if isinstance(pattern, (TensorProxy, NumberProxy)):
+    if isinstance(pattern, PROXY_TYPES):
         env[pattern.name] = value
     elif isinstance(pattern, (tuple, list)):
         for p, v in zip(pattern, value):
@@ -24,7 +24,7 @@ def eval_trace(trace: Trace, *args, decompose: bool = False):
     env: dict = {}
 
     def read(x):
-        return env[x.name] if isinstance(x, (TensorProxy, NumberProxy)) else x
+        return env[x.name] if isinstance(x, PROXY_TYPES) else x
 
     def run(bsyms) -> None:
         for bsym in bsyms:

@@ -99,8 +99,23 @@ class NumberProxy:
         return f"<NumberProxy {self.name}: {self.type_string()}>"
 
 
-Proxy = (TensorProxy, NumberProxy)
+class ObjectProxy:
+    """A non-tensor value that flows between bound symbols, such as a saved autograd handle."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def type_string(self) -> str:
+        return "object"
+
+    def __repr__(self) -> str:
+        return f"<ObjectProxy {self.name}>"
+
+
+PROXY_TYPES = (TensorProxy, NumberProxy, ObjectProxy)
 
 
 def is_proxy(value) -> bool:
-    return isinstance(value, Proxy)
+    return isinstance(value, PROXY_TYPES)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.tree import leaves, tree_map
 
 # Tags a symbol may carry.
@@ -95,11 +95,11 @@ class BoundSymbol:
 
     def flat_args(self) -> list:
         """Every proxy among the arguments, in order (may repeat)."""
-        return [x for x in leaves((self.args, self.kwargs)) if isinstance(x, (TensorProxy, NumberProxy))]
+        return [x for x in leaves((self.args, self.kwargs)) if isinstance(x, PROXY_TYPES)]
 
     def flat_outputs(self) -> list:
         """Every proxy among the outputs, in order."""
-        return [x for x in leaves(self.output) if isinstance(x, (TensorProxy, NumberProxy))]
+        return [x for x in leaves(self.output) if isinstance(x, PROXY_TYPES)]
 
     def replace(self, **changes) -> BoundSymbol:
         values = {

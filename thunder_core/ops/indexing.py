@@ -113,3 +113,6 @@ def _index_select(a, dim, index, *, out=None):
 
 
 register_torch_op("index_select", torch.index_select, T.index_select, decomposition=_index_select)
+
+
+register_torch_op("index_add", torch.index_add, T.index_add)

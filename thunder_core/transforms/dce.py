@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 
+from thunder_core.ir.proxies import is_proxy
 from thunder_core.ir.symbols import INPLACE
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 
 
 def _names(tree) -> set[str]:
-    return {x.name for x in leaves(tree) if hasattr(x, "name") and isinstance(x.name, str)}
+    return {x.name for x in leaves(tree) if is_proxy(x)}
 
 
 def dce(trace: Trace) -> Trace:

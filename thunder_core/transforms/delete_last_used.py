@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from thunder_core.executors.python_executor import delete_symbol
+from thunder_core.ir.proxies import is_proxy
 from thunder_core.ir.symbols import BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
@@ -17,7 +18,7 @@ from thunder_core.ir.tree import leaves
 
 def delete_last_used(trace: Trace) -> Trace:
     start = time.perf_counter()
-    outputs = {x.name for x in leaves(trace.output) if hasattr(x, "name")}
+    outputs = {x.name for x in leaves(trace.output) if is_proxy(x)}
     seen: set[str] = set(outputs)
     result: list[BoundSymbol] = []
     for bsym in reversed(trace.bound_symbols):

@@ -1,0 +1,191 @@
+"""Splitting a captured trace into a forward trace and a backward trace.
+
+Pre: a trace whose inputs include tensors that require grad, with no in-place ops on
+values that need gradients. Post: a forward trace with the same inputs returning
+``(flat outputs, saved)`` and a backward trace taking ``(*saved, *output grads)`` and
+returning one gradient (or None) per forward input. ``saved`` holds exactly the forward
+values the backward reads.
+
+Each bound symbol that needs a gradient is replayed through its VJP rule; without a rule
+its decomposition is replayed; without either, PyTorch autograd differentiates it at
+run time (``autograd_fallback``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from thunder_core.autodiff import prim_rules as _prim_rules  # noqa: F401  (registers prim rules)
+from thunder_core.autodiff import rules as _rules  # noqa: F401  (registers torch-level rules)
+from thunder_core.autodiff.fallback import fallback_rule
+from thunder_core.autodiff.helpers import ops, sum_to
+from thunder_core.autodiff.registry import NoRule, vjp_rule
+from thunder_core.capture.recorder import Namer, Recorder
+from thunder_core.errors import ThunderCoreError
+from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
+from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, pop_recorder, push_recorder
+from thunder_core.ir.trace import Provenance, Trace
+from thunder_core.ir.tree import leaves
+
+
+class NotDifferentiable(ThunderCoreError):
+    """The trace cannot be split (e.g. an in-place op on a value that needs a gradient)."""
+
+
+@dataclass
+class Split:
+    forward: Trace
+    backward: Trace
+    output_differentiable: list[bool]  # per flat output leaf
+    output_structure: object  # the user output with leaves replaced by their flat index
+
+
+def _all_names(trace: Trace) -> set[str]:
+    names = {p.name for p in trace.inputs}
+
+    def visit(bsyms):
+        for b in bsyms:
+            names.update(p.name for p in b.flat_outputs())
+            visit(b.subsymbols)
+
+    visit(trace.bound_symbols)
+    return names
+
+
+def needs_grad(bsym: BoundSymbol) -> bool:
+    inputs = any(isinstance(p, TensorProxy) and p.requires_grad for p in bsym.flat_args())
+    return inputs and any(isinstance(p, TensorProxy) and p.requires_grad for p in bsym.flat_outputs())
+
+
+def requires_autodiff(trace: Trace) -> bool:
+    return torch.is_grad_enabled() and any(needs_grad(b) for b in trace.bound_symbols)
+
+
+class _Replay:
+    def __init__(self, namer: Namer):
+        self.recorder = Recorder(namer, top_level=False)
+        self.renamed: dict[int, object] = {}
+        self.steps: list[tuple[object, object]] = []
+
+    def process(self, bsym: BoundSymbol, source) -> None:
+        bsym = bsym.substitute(self.renamed)
+        if not needs_grad(bsym):
+            self.recorder.bound_symbols.append(bsym)
+            return
+        if bsym.symbol.has_tag(INPLACE):
+            raise NotDifferentiable(f"in-place {bsym.symbol.printed_name} on a value that needs a gradient")
+        rule = vjp_rule(bsym.symbol)
+        if rule is not None and self._apply(rule, bsym, source):
+            return
+        if bsym.subsymbols and not bsym.symbol.has_tag(OPAQUE):
+            for sub in bsym.subsymbols:
+                self.process(sub, source)
+            return
+        self._apply(fallback_rule(bsym.symbol), bsym, source)
+
+    def _apply(self, rule, bsym: BoundSymbol, source) -> bool:
+        start = len(self.recorder.bound_symbols)
+        try:
+            out, backward = rule(*bsym.args, **bsym.kwargs)
+        except NoRule:
+            del self.recorder.bound_symbols[start:]
+            return False
+        for i in range(start, len(self.recorder.bound_symbols)):
+            recorded = self.recorder.bound_symbols[i]
+            if recorded.source is None:
+                self.recorder.bound_symbols[i] = recorded.replace(source=source)
+        for old, new in zip(leaves(bsym.output), leaves(out)):
+            if isinstance(old, PROXY_TYPES) and old is not new:
+                self.renamed[id(old)] = new
+        self.steps.append((out, backward))
+        return True
+
+
+def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
+    if tuple(g.shape) != tuple(proxy.shape):
+        g = sum_to(g, proxy.shape)
+    if g.dtype != proxy.dtype:
+        g = ops.to(g, proxy.dtype)
+    previous = grads.get(proxy.name)
+    grads[proxy.name] = g if previous is None else ops.add(previous, g)
+
+
+def split_forward_backward(trace: Trace) -> Split:
+    start = time.perf_counter()
+    namer = Namer(_all_names(trace))
+    replay = _Replay(namer)
+    push_recorder(replay.recorder)
+    try:
+        for bsym in trace.bound_symbols:
+            replay.process(bsym, bsym.source)
+    finally:
+        pop_recorder()
+
+    def renamed(x):
+        return replay.renamed.get(id(x), x)
+
+    flat_outputs = [renamed(x) for x in leaves(trace.output)]
+    differentiable = [isinstance(x, TensorProxy) and x.requires_grad for x in flat_outputs]
+    counter = iter(range(len(flat_outputs)))
+    from thunder_core.ir.tree import tree_map
+
+    structure = tree_map(lambda _: next(counter), trace.output)
+    forward_seconds = time.perf_counter() - start
+
+    start = time.perf_counter()
+    backward_recorder = Recorder(namer, top_level=False)
+    grads: dict[str, object] = {}
+    grad_inputs = []
+    push_recorder(backward_recorder)
+    try:
+        for x, is_diff in zip(flat_outputs, differentiable):
+            if is_diff:
+                g = TensorProxy(namer("g"), x.shape, x.dtype, x.device)
+                grad_inputs.append(g)
+                _accumulate(grads, x, g)
+        for out, backward in reversed(replay.steps):
+            outs = list(leaves(out))
+            received = [grads.get(x.name) if isinstance(x, TensorProxy) else None for x in outs]
+            if all(g is None for g in received):
+                continue
+            grad = received[0] if isinstance(out, TensorProxy) else received
+            for proxy, g in backward(grad):
+                if isinstance(proxy, TensorProxy) and proxy.requires_grad and g is not None:
+                    _accumulate(grads, proxy, g)
+    finally:
+        pop_recorder()
+    input_grads = tuple(
+        grads.get(p.name) if isinstance(p, TensorProxy) and p.requires_grad else None for p in trace.inputs
+    )
+
+    produced = {g.name for g in grad_inputs}
+    saved, seen = [], set()
+    for b in backward_recorder.bound_symbols:
+        for p in b.flat_args():
+            if p.name not in produced and p.name not in seen:
+                seen.add(p.name)
+                saved.append(p)
+        produced.update(p.name for p in b.flat_outputs())
+    for p in input_grads:
+        if p is not None and p.name not in produced and p.name not in seen:
+            seen.add(p.name)
+            saved.append(p)
+
+    forward = Trace(
+        inputs=trace.inputs,
+        bound_symbols=replay.recorder.bound_symbols,
+        output=(tuple(flat_outputs), tuple(saved)),
+        function_name="forward",
+        provenance=Provenance("autodiff: forward", forward_seconds),
+    )
+    backward = Trace(
+        inputs=[*saved, *grad_inputs],
+        bound_symbols=backward_recorder.bound_symbols,
+        output=input_grads,
+        function_name="backward",
+        provenance=Provenance("autodiff: backward", time.perf_counter() - start),
+    )
+    return Split(forward, backward, differentiable, structure)

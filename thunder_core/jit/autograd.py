@@ -1,0 +1,61 @@
+"""Wiring a forward/backward pair of generated functions into PyTorch autograd."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.autograd.function import once_differentiable
+from torch.utils._pytree import tree_unflatten
+
+from thunder_core.ir.tree import tree_map
+
+
+@dataclass
+class TrainingProgram:
+    """The compiled forward and backward of one cache entry."""
+
+    forward: object
+    backward: object
+    output_differentiable: list[bool]
+    output_structure: object
+    output_treespec: object = None
+
+    def rebuild(self, flat):
+        out = tree_map(lambda i: flat[i], self.output_structure)
+        if self.output_treespec is not None:
+            return tree_unflatten(list(out), self.output_treespec)
+        return out
+
+    def __call__(self, *leaves):
+        return self.rebuild(ThunderAutogradFunction.apply(self, *leaves))
+
+
+class ThunderAutogradFunction(torch.autograd.Function):
+    """Runs the generated forward, saves what the generated backward reads."""
+
+    @staticmethod
+    def forward(ctx, program: TrainingProgram, *leaves):
+        outputs, saved = program.forward(*leaves)
+        layout = [isinstance(s, torch.Tensor) for s in saved]
+        ctx.save_for_backward(*[s for s, is_tensor in zip(saved, layout) if is_tensor])
+        ctx.objects = [s for s, is_tensor in zip(saved, layout) if not is_tensor]
+        ctx.layout = layout
+        ctx.program = program
+        constant = [
+            o
+            for o, differentiable in zip(outputs, program.output_differentiable)
+            if isinstance(o, torch.Tensor) and not differentiable
+        ]
+        if constant:
+            ctx.mark_non_differentiable(*constant)
+        return tuple(outputs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        tensors, objects = iter(ctx.saved_tensors), iter(ctx.objects)
+        saved = [next(tensors) if is_tensor else next(objects) for is_tensor in ctx.layout]
+        program = ctx.program
+        output_grads = [g for g, differentiable in zip(grads, program.output_differentiable) if differentiable]
+        return (None, *program.backward(*saved, *output_grads))
