@@ -21,3 +21,10 @@ KNOWN_FORWARD_FAILURES = {
     "sparse.sampled_addmm": "sparse CSR inputs have no strides; proxies model strided tensors only",
     "sparse.mm.reduce": "sparse CSR inputs have no strides; proxies model strided tensors only",
 }
+
+KNOWN_GRADIENT_FAILURES = {
+    "linalg.eig": (
+        "the sample's loss depends on the phase of complex eigenvectors; PyTorch's own backward refuses it "
+        "when run through the autograd fallback on the detached outputs"
+    ),
+}

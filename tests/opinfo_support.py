@@ -110,3 +110,50 @@ def opaque_ops(trace) -> list[str]:
 
 def run_decomposed(trace, case):
     return eval_trace(trace, *clone_leaves(case.leaves), decompose=True)
+
+
+def grad_cases(opinfo, n=SAMPLES_PER_OP):
+    """Like ``sample_cases`` but with inputs that require grad (float32, CPU)."""
+    cases = []
+    for sample in opinfo.sample_inputs("cpu", torch.float32, requires_grad=True):
+        flat, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+        positions = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+
+        def fn(*tensors, flat=flat, spec=spec, positions=positions):
+            values = list(flat)
+            for i, t in zip(positions, tensors):
+                values[i] = t
+            inp, args, kwargs = pytree.tree_unflatten(values, spec)
+            return opinfo.op(inp, *args, **kwargs)
+
+        cases.append(SampleCase(fn, [flat[i] for i in positions], None))
+        if len(cases) >= n:
+            break
+    return cases
+
+
+def _fresh_leaves(leaves):
+    return [t.detach().clone().requires_grad_(t.requires_grad) for t in leaves]
+
+
+def input_grads(fn, leaves, seed=0):
+    """Gradients of sum(output * fixed random cotangent) w.r.t. the leaves that require grad."""
+    leaves = _fresh_leaves(leaves)
+    out = fn(*leaves)
+    outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    generator = torch.Generator().manual_seed(seed)
+    cotangents = [torch.randn(o.shape, generator=generator, dtype=o.dtype) for o in outs]
+    wrt = [t for t in leaves if t.requires_grad]
+    if not outs or not wrt:
+        return None
+    grads = torch.autograd.grad(outs, wrt, cotangents, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wrt)]
+
+
+def check_grads(case):
+    """Compare thunder_core's input gradients with eager's; returns the jitted function."""
+    expected = input_grads(case.fn, case.leaves)
+    jfn = thunder_core.jit(case.fn)
+    actual = input_grads(jfn, case.leaves)
+    torch.testing.assert_close(actual, expected, equal_nan=True, atol=1e-4, rtol=1e-4)
+    return jfn

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from opinfo_known_failures import KNOWN_FORWARD_FAILURES
+from opinfo_known_failures import KNOWN_FORWARD_FAILURES, KNOWN_GRADIENT_FAILURES
 from opinfo_support import (
     assert_same,
+    check_grads,
     draws_random_numbers,
+    grad_cases,
     is_deterministic,
     op_db,
     opaque_ops,
@@ -17,7 +19,10 @@ from opinfo_support import (
     sample_cases,
 )
 
+import thunder_core
+
 REQUIRED_PASS_RATE = 0.95
+REQUIRED_GRADIENT_PASS_RATE = 0.90
 
 
 def _sweep():
@@ -83,3 +88,55 @@ def test_known_data_dependent_failures_raise_a_clear_error():
     with pytest.raises(DataDependentError, match="torch.where"):
         run_case(case)
     assert torch.is_tensor(case.leaves[0])
+
+
+def _gradient_sweep(forward_passed):
+    from thunder_core.autodiff.fallback import AUTOGRAD_FALLBACK
+
+    results = {"passed": [], "failed": {}, "fallback": []}
+    for opinfo in op_db():
+        name = opinfo_id(opinfo)
+        if name not in forward_passed or not opinfo.supports_autograd:
+            continue
+        try:
+            cases = grad_cases(opinfo)
+        except Exception:
+            continue
+        try:
+            used_fallback = False
+            for case in cases:
+                jfn = check_grads(case)
+                traces = thunder_core.last_traces(jfn)
+                used_fallback |= any(
+                    b.symbol.has_tag(AUTOGRAD_FALLBACK) for t in traces for b in t.bound_symbols
+                )
+        except Exception as error:  # noqa: BLE001 - every failure is reported by name below
+            results["failed"][name] = (
+                f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+            )
+            continue
+        results["passed"].append(name)
+        if used_fallback:
+            results["fallback"].append(name)
+    return results
+
+
+@pytest.fixture(scope="module")
+def gradient_sweep(sweep):
+    return _gradient_sweep(set(sweep["passed"]))
+
+
+@pytest.mark.slow
+def test_opinfo_gradients(gradient_sweep):
+    passed, failed = len(gradient_sweep["passed"]), len(gradient_sweep["failed"])
+    rate = passed / (passed + failed)
+    print(
+        f"\nOpInfo gradients (float32, CPU): {passed}/{passed + failed} OpInfos that support autograd and pass "
+        f"forward give eager's input gradients ({rate:.1%}); {len(gradient_sweep['fallback'])} of them used the "
+        "PyTorch-autograd fallback for at least one op."
+    )
+    assert rate >= REQUIRED_GRADIENT_PASS_RATE
+    unexpected = {k: v for k, v in gradient_sweep["failed"].items() if k not in KNOWN_GRADIENT_FAILURES}
+    fixed = sorted(k for k in KNOWN_GRADIENT_FAILURES if k in gradient_sweep["passed"])
+    assert not unexpected, f"new gradient failures: {unexpected}"
+    assert not fixed, f"these now pass, remove them from KNOWN_GRADIENT_FAILURES: {fixed}"

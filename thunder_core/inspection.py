@@ -12,13 +12,17 @@ def _function(jfn) -> ThunderFunction:
         return jfn._forward
     if isinstance(jfn, ThunderFunction):
         return jfn
-    raise TypeError(f"expected a function or module returned by thunder_core.jit, got {type(jfn).__qualname__}")
+    raise TypeError(
+        f"expected a function or module returned by thunder_core.jit, got {type(jfn).__qualname__}"
+    )
 
 
 def _last(jfn):
     compiled = _function(jfn).last_compiled()
     if compiled is None:
-        raise RuntimeError("this jitted function has not been called yet: call it once, then ask for its traces")
+        raise RuntimeError(
+            "this jitted function has not been called yet: call it once, then ask for its traces"
+        )
     return compiled
 
 

@@ -11,21 +11,23 @@ import torch
 
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.ir.proxies import ObjectProxy, TensorProxy
-from thunder_core.ir.symbols import Symbol, active_recorder
+from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
 
-AUTOGRAD_FALLBACK = "autograd_fallback"
+__all__ = ["AUTOGRAD_FALLBACK", "fallback_backward", "fallback_forward", "fallback_rule"]
 
 
-def _differentiable(x) -> bool:
-    return isinstance(x, torch.Tensor) and x.requires_grad and (x.is_floating_point() or x.is_complex())
+def _forward_impl(fn, args, kwargs, differentiable):
+    """``differentiable[i]`` says whether the i-th leaf of (args, kwargs) gets a gradient.
 
-
-def _forward_impl(fn, args, kwargs):
+    It is decided when the trace is made: inside the compiled forward no tensor requires
+    grad at run time.
+    """
     inputs = []
+    flags = iter(differentiable)
 
     def detach(x):
-        if _differentiable(x):
+        if next(flags) and isinstance(x, torch.Tensor):
             leaf = x.detach().requires_grad_()
             inputs.append(leaf)
             return leaf
@@ -40,14 +42,19 @@ def _forward_impl(fn, args, kwargs):
 
 def _backward_impl(handle, inputs, grads):
     leaf_inputs, out = handle
-    pairs = [(o, g) for o, g in zip(leaves(out), grads) if isinstance(o, torch.Tensor) and o.requires_grad and g is not None]
+    pairs = [
+        (o, g)
+        for o, g in zip(leaves(out), grads)
+        if isinstance(o, torch.Tensor) and o.requires_grad and g is not None
+    ]
     if not pairs:
-        return tuple(None for _ in inputs)
+        return tuple(torch.zeros_like(x) for x in leaf_inputs)
     outs, gs = zip(*pairs)
-    return torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True)
+    grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True)
+    return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaf_inputs))
 
 
-def _forward_meta(fn, args, kwargs):
+def _forward_meta(fn, args, kwargs, differentiable):
     recorder = active_recorder()
     out = run_on_meta(fn, args, kwargs, recorder.new_proxy, inplace=False)
     return out, ObjectProxy(recorder.namer("h"))
@@ -78,8 +85,10 @@ def fallback_rule(symbol: Symbol):
     """A VJP rule that differentiates ``symbol.impl`` with PyTorch autograd at run time."""
 
     def rule(*args, **kwargs):
-        out, handle = fallback_forward(symbol.impl, args, kwargs)
-        inputs = tuple(x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy) and x.requires_grad)
+        flat = list(leaves((args, kwargs)))
+        differentiable = tuple(isinstance(x, TensorProxy) and x.requires_grad for x in flat)
+        out, handle = fallback_forward(symbol.impl, args, kwargs, differentiable)
+        inputs = tuple(x for x, d in zip(flat, differentiable) if d)
 
         def backward(grad):
             flat = grad if isinstance(grad, list) else [grad]

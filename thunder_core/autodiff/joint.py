@@ -161,9 +161,13 @@ def split_forward_backward(trace: Trace) -> Split:
         grads.get(p.name) if isinstance(p, TensorProxy) and p.requires_grad else None for p in trace.inputs
     )
 
+    # Drop gradients nobody asked for (inputs that need none) before deciding what to save.
+    from thunder_core.transforms.dce import dce
+
+    needed = dce(Trace(inputs=grad_inputs, bound_symbols=backward_recorder.bound_symbols, output=input_grads))
     produced = {g.name for g in grad_inputs}
     saved, seen = [], set()
-    for b in backward_recorder.bound_symbols:
+    for b in needed.bound_symbols:
         for p in b.flat_args():
             if p.name not in produced and p.name not in seen:
                 seen.add(p.name)
@@ -183,7 +187,7 @@ def split_forward_backward(trace: Trace) -> Split:
     )
     backward = Trace(
         inputs=[*saved, *grad_inputs],
-        bound_symbols=backward_recorder.bound_symbols,
+        bound_symbols=needed.bound_symbols,
         output=input_grads,
         function_name="backward",
         provenance=Provenance("autodiff: backward", time.perf_counter() - start),

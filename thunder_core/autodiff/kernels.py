@@ -12,7 +12,9 @@ from thunder_core.ir.symbols import RANDOM, Symbol
 
 def _aten(name: str, tags=()) -> Symbol:
     op = getattr(torch.ops.aten, name).default
-    return Symbol(name=f"aten.{name}", impl=op, printed_name=f"torch.ops.aten.{name}.default", tags=frozenset(tags))
+    return Symbol(
+        name=f"aten.{name}", impl=op, printed_name=f"torch.ops.aten.{name}.default", tags=frozenset(tags)
+    )
 
 
 softmax_backward = _aten("_softmax_backward_data")

@@ -69,7 +69,10 @@ def _(out, g, a, b):
 
 @_prim(P.div)
 def _(out, g, a, b):
-    return [(a, like(ops.div(g, b), a)), (b, like(ops.neg(ops.div(ops.mul(g, out), b)), b) if is_tensor(b) else None)]
+    return [
+        (a, like(ops.div(g, b), a)),
+        (b, like(ops.neg(ops.div(ops.mul(g, out), b)), b) if is_tensor(b) else None),
+    ]
 
 
 @_prim(P.pow)

@@ -145,7 +145,10 @@ def _(out, g, a, b, *, alpha=None):
 
 @_simple("mul")
 def _(out, g, a, b):
-    return [(a, like(ops.mul(g, b), a) if is_tensor(a) else None), (b, like(ops.mul(g, a), b) if is_tensor(b) else None)]
+    return [
+        (a, like(ops.mul(g, b), a) if is_tensor(a) else None),
+        (b, like(ops.mul(g, a), b) if is_tensor(b) else None),
+    ]
 
 
 @register_vjp(S["div"])
@@ -166,14 +169,17 @@ def _div(a, b, *, rounding_mode=None):
 def _(out, g, a, b):
     pairs = []
     if is_tensor(a):
-        exponent_minus_one = ops.sub(b, 1) if is_tensor(b) else b - 1
-        ga = ops.mul(ops.mul(g, b), ops.pow(a, exponent_minus_one)) if b != 2 or is_tensor(b) else ops.mul(g, ops.mul(a, 2))
-        if not is_tensor(b) and b == 0:
+        if is_tensor(b):
+            ga = ops.mul(ops.mul(g, b), ops.pow(a, ops.sub(b, 1)))
+        elif b == 0:
             ga = ops.mul(g, 0)
+        elif b == 2:
+            ga = ops.mul(g, ops.mul(a, 2))
+        else:
+            ga = ops.mul(ops.mul(g, b), ops.pow(a, b - 1))
         pairs.append((a, like(ga, a)))
     if is_tensor(b):
-        base = a if is_tensor(a) else math.log(a)
-        log_a = ops.log(a) if is_tensor(a) else base
+        log_a = ops.log(a) if is_tensor(a) else math.log(a)
         pairs.append((b, like(ops.mul(ops.mul(g, out), log_a), b)))
     return pairs
 
@@ -222,17 +228,22 @@ def _(out, g, a, mask, value):
     return pairs
 
 
-@_simple("clamp")
-def _(out, g, a, min=None, max=None):
-    if is_tensor(min) or is_tensor(max):
+@register_vjp(S["clamp"])
+def _clamp(a, min=None, max=None):
+    if is_tensor(min) or is_tensor(max) or (min is None and max is None):
         raise NoRule
-    keep = None
-    if min is not None:
-        keep = ops.ge(a, min)
-    if max is not None:
-        upper = ops.le(a, max)
-        keep = upper if keep is None else ops.logical_and(keep, upper)
-    return [(a, like(ops.where(keep, g, 0.0), a))]
+    out = ops.clamp(a, min, max)
+
+    def backward(g):
+        keep = None
+        if min is not None:
+            keep = ops.ge(a, min)
+        if max is not None:
+            upper = ops.le(a, max)
+            keep = upper if keep is None else ops.logical_and(keep, upper)
+        return [(a, like(ops.where(keep, g, 0.0), a))]
+
+    return out, backward
 
 
 # Conversions.
@@ -465,7 +476,18 @@ for _name in ("amax", "amin", "max", "min"):
 @_simple("logsumexp")
 def _(out, g, a, dim, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
-    return [(a, like(ops.mul(_restore_dims(g, a, dims, keepdim), ops.exp(ops.sub(a, _restore_dims(out, a, dims, keepdim)))), a))]
+    return [
+        (
+            a,
+            like(
+                ops.mul(
+                    _restore_dims(g, a, dims, keepdim),
+                    ops.exp(ops.sub(a, _restore_dims(out, a, dims, keepdim))),
+                ),
+                a,
+            ),
+        )
+    ]
 
 
 @_simple("cumsum")
@@ -490,21 +512,20 @@ def _(out, g, a, dim=None, _stacklevel=3, dtype=None):
 
 # Linear algebra.
 def _matmul_grads(g, a, b):
-    if a.ndim == 1 or b.ndim == 1:
-        raise NoRule
-    ga = ops.matmul(g, ops.transpose(b, -2, -1))
-    gb = ops.matmul(ops.transpose(a, -2, -1), g)
-    return [(a, like(ga, a)), (b, like(gb, b))]
+    """Gradients of ``a @ b`` for every torch.matmul case, 1-D operands included."""
+    a2 = ops.unsqueeze(a, 0) if a.ndim == 1 else a
+    b2 = ops.unsqueeze(b, -1) if b.ndim == 1 else b
+    batch = tuple(torch.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
+    g2 = ops.reshape(g, (*batch, a2.shape[-2], b2.shape[-1])) if (a.ndim == 1 or b.ndim == 1) else g
+    ga = ops.matmul(g2, ops.transpose(b2, -2, -1))
+    gb = ops.matmul(ops.transpose(a2, -2, -1), g2)
+    ga = sum_to(ga, tuple(a2.shape))
+    gb = sum_to(gb, tuple(b2.shape))
+    return [(a, like(ops.reshape(ga, tuple(a.shape)), a)), (b, like(ops.reshape(gb, tuple(b.shape)), b))]
 
 
 for _name in ("matmul", "mm", "bmm"):
-
-    @register_vjp(S[_name])
-    def _matmul_rule(a, b, *, _name=_name):
-        if a.ndim == 1 or b.ndim == 1:
-            raise NoRule
-        out = S[_name](a, b)
-        return out, lambda g: _matmul_grads(g, a, b)
+    _simple(_name)(lambda out, g, a, b, **_: _matmul_grads(g, a, b))
 
 
 @_simple("linear")
@@ -520,7 +541,17 @@ def _(out, g, x, weight, bias=None):
 
 # Neural-network ops with fused backward kernels.
 @_simple("embedding")
-def _(out, g, indices, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+def _(
+    out,
+    g,
+    indices,
+    weight,
+    padding_idx=None,
+    max_norm=None,
+    norm_type=2.0,
+    scale_grad_by_freq=False,
+    sparse=False,
+):
     if max_norm is not None or sparse:
         raise NoRule
     padding = -1 if padding_idx is None else padding_idx
@@ -533,7 +564,9 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
     def backward(g):
         mask = [True, weight is not None, bias is not None]
-        gx, gw, gb = K.native_layer_norm_backward(g, x, list(normalized_shape), mean, rstd, weight, bias, mask)
+        gx, gw, gb = K.native_layer_norm_backward(
+            g, x, list(normalized_shape), mean, rstd, weight, bias, mask
+        )
         return [(x, gx), (weight, gw), (bias, gb)]
 
     return out, backward
@@ -581,9 +614,21 @@ _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 @register_vjp(S["cross_entropy"])
 def _cross_entropy(
-    logits, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean", label_smoothing=0.0
+    logits,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index=-100,
+    reduce=None,
+    reduction="mean",
+    label_smoothing=0.0,
 ):
-    if size_average is not None or reduce is not None or label_smoothing != 0.0 or target.dtype.is_floating_point:
+    if (
+        size_average is not None
+        or reduce is not None
+        or label_smoothing != 0.0
+        or target.dtype.is_floating_point
+    ):
         raise NoRule
     if logits.ndim != 2:
         raise NoRule

@@ -14,6 +14,7 @@ INPLACE = "inplace"  # mutates an argument: a side effect that transforms must k
 RANDOM = "random"  # draws from the random number generator
 OPAQUE = "opaque"  # a torch call with no thunder_core symbol, run as-is by the torch executor
 PYTHON = "python"  # bookkeeping run by the python executor (unpacking, deleting)
+AUTOGRAD_FALLBACK = "autograd_fallback"  # differentiated by PyTorch autograd at run time
 
 _recorders: list = []  # the capture recorders in effect, innermost last
 

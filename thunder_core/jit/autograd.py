@@ -57,5 +57,7 @@ class ThunderAutogradFunction(torch.autograd.Function):
         tensors, objects = iter(ctx.saved_tensors), iter(ctx.objects)
         saved = [next(tensors) if is_tensor else next(objects) for is_tensor in ctx.layout]
         program = ctx.program
-        output_grads = [g for g, differentiable in zip(grads, program.output_differentiable) if differentiable]
+        output_grads = [
+            g for g, differentiable in zip(grads, program.output_differentiable) if differentiable
+        ]
         return (None, *program.backward(*saved, *output_grads))

@@ -39,7 +39,12 @@ def _lower(trace: Trace) -> list[Trace]:
 
 def compile_function(fn, args, kwargs, *, positional_names, extra_inputs=(), extra_binder=None) -> Compiled:
     captured = capture(
-        fn, args, kwargs, positional_names=positional_names, extra_inputs=extra_inputs, extra_binder=extra_binder
+        fn,
+        args,
+        kwargs,
+        positional_names=positional_names,
+        extra_inputs=extra_inputs,
+        extra_binder=extra_binder,
     )
     pruned = dce(captured)
     notes = []

@@ -1,0 +1,136 @@
+"""Autodiff: training through thunder_core behaves like eager PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder_core
+from thunder_core.ir.symbols import AUTOGRAD_FALLBACK
+
+
+def _grads(fn, *tensors):
+    tensors = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+    out = fn(*tensors)
+    out.backward()
+    return out.detach(), [t.grad for t in tensors]
+
+
+def mlp_loss(x, w1, b1, w2):
+    h = F.silu(F.linear(x, w1, b1))
+    return F.cross_entropy(h @ w2, torch.arange(x.shape[0]) % w2.shape[1])
+
+
+def _params():
+    torch.manual_seed(0)
+    return (
+        torch.randn(8, 16),
+        torch.randn(32, 16, requires_grad=True),
+        torch.randn(32, requires_grad=True),
+        torch.randn(32, 10, requires_grad=True),
+    )
+
+
+def test_loss_and_gradients_match_eager():
+    args = _params()
+    expected_loss, expected = _grads(mlp_loss, *args)
+    loss, actual = _grads(thunder_core.jit(mlp_loss), *args)
+    torch.testing.assert_close(loss, expected_loss)
+    torch.testing.assert_close(actual, expected)  # x does not require grad: None in both
+
+
+def test_forward_and_backward_traces_are_both_in_last_traces():
+    jfn = thunder_core.jit(mlp_loss)
+    jfn(*_params()).backward()
+    traces = thunder_core.last_traces(jfn)
+    assert [t.function_name for t in traces].count("forward") >= 2
+    assert traces[-1].function_name == "backward"
+    backward = thunder_core.last_backward_traces(jfn)[-1].python()
+    assert "torch.ops.aten._log_softmax_backward_data" in backward  # the fused kernel eager uses
+    assert "torch.ops.aten.silu_backward" in backward
+
+
+def test_only_what_backward_reads_is_saved():
+    def fn(a, w):
+        h = torch.exp(a @ w)  # exp's output is needed by its backward
+        return h.sum() + torch.sin(a).sum() * 0  # sin(a)'s grad is not needed: a needs no grad
+
+    a, w = torch.randn(4, 4), torch.randn(4, 4, requires_grad=True)
+    jfn = thunder_core.jit(fn)
+    jfn(a, w).backward()
+    forward = [t for t in thunder_core.last_traces(jfn) if t.function_name == "forward"][-1]
+    saved = {p.name for p in forward.output[1]}
+    assert "a" in saved  # w's gradient reads a
+    assert "w" not in saved  # a needs no gradient, so w is not needed in backward
+
+
+def test_gradient_accumulation_and_optimizer_steps():
+    args = _params()
+    jfn = thunder_core.jit(mlp_loss)
+    params = [t.detach().clone().requires_grad_(t.requires_grad) for t in args]
+    ref = [t.detach().clone().requires_grad_(t.requires_grad) for t in args]
+    opt = torch.optim.AdamW([p for p in params if p.requires_grad], lr=1e-2)
+    opt_ref = torch.optim.AdamW([p for p in ref if p.requires_grad], lr=1e-2)
+    for _ in range(3):
+        for _ in range(2):  # two micro-batches accumulate into .grad
+            jfn(*params).backward()
+            mlp_loss(*ref).backward()
+        opt.step(), opt_ref.step()
+        opt.zero_grad(), opt_ref.zero_grad()
+    torch.testing.assert_close(params, ref)
+
+
+def test_non_differentiable_outputs_and_mixed_requires_grad():
+    def fn(x, y):
+        return x * y, (x > 0), x.argmax()
+
+    x, y = torch.randn(5, requires_grad=True), torch.randn(5)
+    prod, mask, index = thunder_core.jit(fn)(x, y)
+    assert prod.requires_grad and not mask.requires_grad and not index.requires_grad
+    prod.sum().backward()
+    torch.testing.assert_close(x.grad, y)
+
+
+def test_no_grad_inference_builds_no_backward():
+    x, w = torch.randn(4, 8), torch.randn(8, 8, requires_grad=True)
+    jfn = thunder_core.jit(lambda x, w: torch.tanh(x @ w))
+    with torch.no_grad():
+        out = jfn(x, w)
+    assert out.grad_fn is None and not out.requires_grad
+    assert thunder_core.last_backward_traces(jfn) == []
+    forward = thunder_core.last_traces(jfn)[-1]
+    assert forward.function_name == "computation"  # a plain trace, nothing saved
+
+
+def test_ops_without_a_rule_fall_back_to_pytorch_autograd_and_say_so():
+    def fn(x):
+        return torch.special.i0(x).sum() + torch.cummax(x, 0).values.sum()
+
+    x = torch.randn(6, requires_grad=True)
+    (expected,) = torch.autograd.grad(fn(x), x)
+    jfn = thunder_core.jit(fn)
+    (actual,) = torch.autograd.grad(jfn(x), x)
+    torch.testing.assert_close(actual, expected)
+    forward = [t for t in thunder_core.last_traces(jfn) if t.function_name == "forward"][-1]
+    assert any(b.symbol.has_tag(AUTOGRAD_FALLBACK) for b in forward.bound_symbols)
+    assert "autodiff: no VJP rule, differentiated by PyTorch autograd" in forward.python()
+
+
+def test_inplace_on_values_needing_grad_falls_back_to_pytorch_autograd():
+    def fn(x):
+        y = x * 2
+        y.add_(1)
+        return y.sum()
+
+    x = torch.randn(3, requires_grad=True)
+    thunder_core.jit(fn)(x).backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gradients_keep_input_dtypes(dtype):
+    x = torch.randn(3, 4, dtype=dtype, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float32, requires_grad=True)
+    thunder_core.jit(lambda x, w: (x * w).sum())(x, w).backward()
+    assert x.grad.dtype == dtype and w.grad.dtype == torch.float32
