@@ -1,0 +1,56 @@
+"""Measurement helpers shared by the benchmarks: timing, and peak memory of one step on CPU.
+
+CPU has no allocator statistics like ``torch.cuda.max_memory_allocated`` and Inductor's
+buffers bypass dispatch modes, so memory is measured the same way for every backend: the
+growth of the process's peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs``)
+over its resident set before the step. Run under ``MALLOC_MMAP_THRESHOLD_=65536`` (as
+``run_isolated`` does) so that freed tensors go back to the OS.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def median_seconds(fn, *, warmup: int = 2, repeats: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_memory_bytes(fn) -> int:
+    """Peak resident memory added while ``fn()`` runs."""
+    gc.collect()
+    before = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset VmHWM to the current RSS
+    fn()
+    return (_status_kib("VmHWM") - before) * 1024
+
+
+def run_isolated(script: str, *args: str) -> dict:
+    """Run ``script`` in a fresh interpreter; it prints one JSON object as its last line."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    done = subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

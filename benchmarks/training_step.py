@@ -1,0 +1,96 @@
+"""litgpt 4-layer training step (forward + backward) on CPU: eager, torch.compile, thunder_core.
+
+For each backend, in its own process: the first call (capture/compile + one step), the
+median step time, and the peak memory one step adds. Ratios are against eager measured in
+the same run.
+
+    python benchmarks/training_step.py            # all backends
+    python benchmarks/training_step.py --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+BACKENDS = ("eager", "torch.compile", "thunder_core")
+BATCH, LENGTH = 4, 256
+
+
+def build_model():
+    import torch
+    from litgpt.config import Config
+    from litgpt.model import GPT
+
+    torch.manual_seed(0)
+    config = Config(
+        name="bench-4-layer", block_size=LENGTH, vocab_size=2048, padded_vocab_size=2048, n_layer=4,
+        n_head=8, n_query_groups=8, n_embd=256, intermediate_size=1024, bias=False,
+        norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
+    )  # fmt: skip
+    return GPT(config)
+
+
+def measure(backend: str, steps: int) -> dict:
+    import torch
+
+    from measure import median_seconds, peak_memory_bytes
+
+    model = build_model()
+    idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
+    inputs, targets = idx[:, :-1], idx[:, 1:].reshape(-1)
+    if backend == "torch.compile":
+        model = torch.compile(model)
+    elif backend == "thunder_core":
+        import thunder_core
+
+        model = thunder_core.jit(model)
+
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        logits = model(inputs)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
+        loss.backward()
+        return loss
+
+    start = time.perf_counter()
+    loss = step().item()
+    first_call = time.perf_counter() - start
+    step_time = median_seconds(step, repeats=steps)
+    peak = peak_memory_bytes(step)
+    return {"backend": backend, "first_call_s": first_call, "step_s": step_time, "peak_bytes": peak, "loss": loss}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=BACKENDS, help="measure one backend in this process (internal)")
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    if args.backend:
+        print(json.dumps(measure(args.backend, args.steps)))
+        return
+
+    from measure import run_isolated
+
+    results = {b: run_isolated(__file__, "--backend", b, "--steps", str(args.steps)) for b in BACKENDS}
+    eager = results["eager"]
+    print(f"litgpt 4-layer training step, batch {BATCH} x {LENGTH} tokens, CPU, median of {args.steps} steps")
+    print(f"{'backend':15s} {'step ms':>9s} {'vs eager':>9s} {'first call s':>13s} {'peak MB':>9s} {'vs eager':>9s}")
+    for name, r in results.items():
+        print(
+            f"{name:15s} {r['step_s'] * 1e3:9.1f} {r['step_s'] / eager['step_s']:8.2f}x {r['first_call_s']:13.2f} "
+            f"{r['peak_bytes'] / 2**20:9.1f} {r['peak_bytes'] / eager['peak_bytes']:8.2f}x"
+        )
+    losses = {name: round(r["loss"], 5) for name, r in results.items()}
+    print(f"first-step losses: {losses}")
+
+
+if __name__ == "__main__":
+    main()
