@@ -6,13 +6,17 @@ runs it as generated Python that calls the executors' implementations.
 
 from __future__ import annotations
 
-from typing import overload
+from collections.abc import Mapping, Sequence
+from typing import Any, overload
 
 from torch import nn
 
 import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
+from thunder_core.explain import Explanation, explain
 from thunder_core.inspection import cache_info, last_backward_traces, last_traces
+from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
+from thunder_core.plugins.errors import ConfigError, PluginError
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule
@@ -21,6 +25,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundSymbol",
+    "ConfigError",
+    "Explanation",
+    "FusionExecutor",
+    "OperatorExecutor",
+    "PluginError",
+    "Rejection",
+    "explain",
     "CacheInfo",
     "CaptureError",
     "DataDependentError",
@@ -39,21 +50,39 @@ __all__ = [
 
 
 @overload
-def jit(fn: nn.Module, *, recompile_limit: int = ...) -> ThunderModule: ...
+def jit(fn: nn.Module, **options) -> ThunderModule: ...
 @overload
-def jit(fn, *, recompile_limit: int = ...) -> ThunderFunction: ...
+def jit(fn, **options) -> ThunderFunction: ...
 
 
-def jit(fn, *, recompile_limit: int = DEFAULT_RECOMPILE_LIMIT):
+def jit(
+    fn,
+    *,
+    executors: Sequence[str] | None = None,
+    plugins: Sequence[str] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    disable: Sequence[str] | None = None,
+    recompile_limit: int = DEFAULT_RECOMPILE_LIMIT,
+):
     """Compile a function of tensors, or an ``nn.Module``.
+
+    ``executors`` is the ordered list of executors that may claim operations (the torch
+    executor always takes what is left); without it, every available installed executor
+    is used in its declared priority. ``plugins`` enables transform plugins; ``options``
+    maps executor/plugin names to their option values; ``disable`` names ones never to use.
+    These override the environment (``THUNDER_CORE_*``) and the config file.
 
     The first call with a new input signature (shapes, dtypes, devices, requires_grad,
     grad mode, Python values) captures and compiles a trace; later calls with the same
     signature run the cached code. After ``recompile_limit`` signatures, new ones run
     eagerly and a warning says what kept changing.
     """
+    from thunder_core.plugins.config import resolve
+    from thunder_core.plugins.job import build_job
+
+    job = build_job(resolve(executors=executors, plugins=plugins, options=options, disable=disable))
     if isinstance(fn, nn.Module):
-        return ThunderModule(fn, recompile_limit=recompile_limit)
+        return ThunderModule(fn, recompile_limit=recompile_limit, job=job)
     if not callable(fn):
         raise TypeError(f"thunder_core.jit expects a function or an nn.Module, got {type(fn).__qualname__}")
-    return ThunderFunction(fn, recompile_limit=recompile_limit)
+    return ThunderFunction(fn, recompile_limit=recompile_limit, job=job)

@@ -65,7 +65,8 @@ def requires_autodiff(trace: Trace) -> bool:
 
 
 class _Replay:
-    def __init__(self, namer: Namer):
+    def __init__(self, namer: Namer, executors=()):
+        self.executors = [e for e in executors if hasattr(e, "implementations")]
         self.recorder = Recorder(namer, top_level=False)
         self.renamed: dict[int, object] = {}
         self.steps: list[tuple[object, object]] = []
@@ -77,7 +78,7 @@ class _Replay:
             return
         if bsym.symbol.has_tag(INPLACE):
             raise NotDifferentiable(f"in-place {bsym.symbol.printed_name} on a value that needs a gradient")
-        rule = vjp_rule(bsym.symbol)
+        rule = self._executor_rule(bsym) or vjp_rule(bsym.symbol)
         if rule is not None and self._apply(rule, bsym, source):
             return
         if bsym.subsymbols and not bsym.symbol.has_tag(OPAQUE):
@@ -85,6 +86,14 @@ class _Replay:
                 self.process(sub, source)
             return
         self._apply(fallback_rule(bsym.symbol), bsym, source)
+
+    def _executor_rule(self, bsym: BoundSymbol):
+        """An executor that will claim ``bsym`` may bring its own VJP rule (``grad=``)."""
+        for executor in self.executors:
+            impl = executor.implementations.get(bsym.symbol)
+            if impl is not None and executor.check(bsym) is True:
+                return impl.grad
+        return None
 
     def _apply(self, rule, bsym: BoundSymbol, source) -> bool:
         start = len(self.recorder.bound_symbols)
@@ -113,10 +122,10 @@ def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
     grads[proxy.name] = g if previous is None else ops.add(previous, g)
 
 
-def split_forward_backward(trace: Trace) -> Split:
+def split_forward_backward(trace: Trace, executors=()) -> Split:
     start = time.perf_counter()
     namer = Namer(_all_names(trace))
-    replay = _Replay(namer)
+    replay = _Replay(namer, executors)
     push_recorder(replay.recorder)
     try:
         for bsym in trace.bound_symbols:

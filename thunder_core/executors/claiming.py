@@ -1,24 +1,99 @@
 """Assigning bound symbols to executors.
 
-Pre: a trace of torch-level bound symbols (with decompositions as subsymbols). Post: an
-execution trace in which every bound symbol names the executor that runs it.
+Pre: a trace of torch-level bound symbols (with decompositions as subsymbols) and the job's
+executors in priority order (torch last). Post: an execution trace in which every bound
+symbol names the executor that runs it, plus one ``Decision`` per operation saying who
+claimed it and why each other executor did not.
+
+For each bound symbol the executors are asked in order; the first that accepts claims it.
+If none does and some executor would take part of its decomposition, the bound symbol is
+replaced by its subsymbols, each claimed the same way; the torch executor takes what is left.
+Fusion executors' claims are then grouped into regions by their ``fusion_pass``.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
-from thunder_core.executors import torch_executor
-from thunder_core.ir.symbols import PYTHON
+from thunder_core.executors import python_executor, torch_executor
+from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
+from thunder_core.errors import ThunderCoreError
+from thunder_core.ir.symbols import PYTHON, BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 
 
-def assign_executors(trace: Trace) -> Trace:
+@dataclass
+class Decision:
+    """Who runs one operation, and why each other executor in the job declined."""
+
+    bsym: BoundSymbol
+    executor: str
+    declined: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+def _check(executor, bsym) -> bool | Rejection:
+    return executor.check(bsym)
+
+
+def _claim(executor, bsym: BoundSymbol) -> BoundSymbol:
+    if isinstance(executor, OperatorExecutor):
+        return executor.claimed(bsym)
+    if isinstance(executor, FusionExecutor):
+        return bsym.replace(executor=executor.name, impl=None)  # fused later by its fusion_pass
+    return torch_executor.claim(bsym) if executor.name == torch_executor.NAME else bsym.replace(executor=executor.name)
+
+
+def _someone_takes_part(bsyms, executors) -> bool:
+    for b in bsyms:
+        if any(_check(e, b) is True for e in executors):
+            return True
+        if _someone_takes_part(b.subsymbols, executors):
+            return True
+    return False
+
+
+def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list) -> None:
+    declined = {}
+    for executor in executors:
+        verdict = _check(executor, bsym)
+        if verdict is True:
+            out.append(_claim(executor, bsym))
+            decisions.append(Decision(out[-1], executor.name, declined))
+            return
+        declined[executor.name] = str(verdict)
+    if bsym.subsymbols and _someone_takes_part(bsym.subsymbols, executors):
+        decisions.append(Decision(bsym, "(decomposed)", declined, "run as its decomposition"))
+        for sub in bsym.subsymbols:
+            _assign(sub.replace(source=bsym.source), executors, fallback, out, decisions)
+        return
+    if fallback is None:
+        raise ThunderCoreError(
+            f"no executor takes {bsym.symbol.printed_name} and the torch executor is disabled: "
+            + "; ".join(f"{k}: {v}" for k, v in declined.items())
+        )
+    out.append(torch_executor.claim(bsym))
+    decisions.append(Decision(out[-1], fallback.name, declined))
+
+
+def assign_executors(trace: Trace, executors=None) -> Trace:
+    """Claim every bound symbol; the decisions are kept on the returned trace (``trace.decisions``)."""
     start = time.perf_counter()
-    claimed = []
+    executors = list(executors) if executors is not None else [torch_executor.executor]
+    fallback = next((e for e in executors if e.name == torch_executor.NAME), None)
+    others = [e for e in executors if e is not fallback]
+    claimed: list[BoundSymbol] = []
+    decisions: list[Decision] = []
     for bsym in trace.bound_symbols:
         if bsym.symbol.has_tag(PYTHON):
-            claimed.append(bsym.replace(executor="python"))
-        else:
-            claimed.append(torch_executor.claim(bsym))
-    return trace.with_bound_symbols(claimed, Provenance("assign_executors", time.perf_counter() - start))
+            claimed.append(bsym.replace(executor=python_executor.NAME))
+            continue
+        _assign(bsym, others, fallback, claimed, decisions)
+    result = trace.with_bound_symbols(claimed, None)
+    for executor in others:
+        if isinstance(executor, FusionExecutor):
+            result = executor.fusion_pass(result)
+    result.provenance = Provenance("assign_executors", time.perf_counter() - start)
+    result.decisions = decisions
+    return result

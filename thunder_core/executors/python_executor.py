@@ -1,8 +1,15 @@
-"""The python executor: bookkeeping statements of generated code (deleting dead values)."""
+"""The python executor: bookkeeping statements of generated code (deleting dead values).
+
+An entry point of thunder-core (``thunder_core.executors: python``), always available.
+"""
 
 from __future__ import annotations
 
+from thunder_core.executors.base import Executor, Implementation
 from thunder_core.ir.symbols import PYTHON, Symbol
+from thunder_core.plugins.hookspecs import Availability, hookimpl
+
+NAME = "python"
 
 
 def _delete(*values) -> None:
@@ -10,3 +17,23 @@ def _delete(*values) -> None:
 
 
 delete_symbol = Symbol(name="del", impl=_delete, printed_name="del", tags=frozenset({PYTHON}))
+
+
+class PythonExecutor(Executor):
+    default_priority = 1000
+
+    def implementation_for(self, symbol: Symbol) -> Implementation | None:
+        return Implementation(symbol.impl) if symbol.has_tag(PYTHON) else None
+
+
+executor = PythonExecutor(NAME)
+
+
+@hookimpl
+def thunder_core_probe() -> Availability:
+    return Availability.ok()
+
+
+@hookimpl
+def thunder_core_register_executor(register) -> None:
+    register(executor)

@@ -35,6 +35,7 @@ class Trace:
     function_name: str = "computation"
     provenance: Provenance | None = None
     output_treespec: Any = None
+    decisions: list = field(default_factory=list, repr=False)  # set by assign_executors, read by explain
     _callable: Any = field(default=None, repr=False)
 
     def with_bound_symbols(

@@ -41,8 +41,9 @@ def _positional_names(fn) -> list[str]:
 class ThunderFunction:
     """A function compiled by ``thunder_core.jit``; call it like the original."""
 
-    def __init__(self, fn, *, recompile_limit: int = DEFAULT_RECOMPILE_LIMIT, state=None):
+    def __init__(self, fn, *, recompile_limit: int = DEFAULT_RECOMPILE_LIMIT, state=None, job=None):
         self._fn = fn
+        self._job = job
         self._recompile_limit = recompile_limit
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
         self._cache: dict[tuple, Any] = {}
@@ -121,6 +122,7 @@ class ThunderFunction:
             positional_names=self._names,
             extra_inputs=extra_inputs,
             extra_binder=binder,
+            job=self._job,
         )
         self._compiled[key] = compiled
         self._cache[key] = compiled.callable

@@ -1,19 +1,21 @@
 """The compilation pipeline: capture, then each transform, then code generation.
 
-Inference (no gradient needed): capture -> dce -> assign_executors -> delete_last_used.
-Training: capture -> dce -> split into forward and backward -> rematerialize -> for each of
-the two: dce -> assign_executors -> delete_last_used; the pair runs inside one
-``torch.autograd.Function``.
+Inference (no gradient needed): capture -> dce -> [after_capture passes] -> assign_executors
+-> [after_executors passes] -> delete_last_used. Training: capture -> dce -> [after_capture]
+-> split into forward and backward -> [after_autodiff] -> rematerialize -> for each of the
+two: dce -> assign_executors -> [after_executors] -> delete_last_used; the pair runs inside
+one ``torch.autograd.Function``.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
 from thunder_core.executors.claiming import assign_executors
-from thunder_core.ir.trace import Trace
+from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.jit.autograd import TrainingProgram
 from thunder_core.transforms.dce import dce
 from thunder_core.transforms.delete_last_used import delete_last_used
@@ -30,32 +32,47 @@ class Compiled:
     notes: list[str] = field(default_factory=list)
 
 
-def _lower(trace: Trace) -> list[Trace]:
-    traces = [trace]
-    for transform in (dce, assign_executors, delete_last_used):
-        traces.append(transform(traces[-1]))
+def _run_passes(trace: Trace, job, stage: str) -> list[Trace]:
+    traces = []
+    for fn, options, name in (job.passes.get(stage, []) if job is not None else []):
+        start = time.perf_counter()
+        trace = fn(trace, options)
+        trace.provenance = Provenance(f"{name} ({stage})", time.perf_counter() - start)
+        traces.append(trace)
     return traces
 
 
-def compile_function(fn, args, kwargs, *, positional_names, extra_inputs=(), extra_binder=None) -> Compiled:
+def _lower(trace: Trace, job) -> list[Trace]:
+    executors = job.executors if job is not None else None
+    traces = [dce(trace)]
+    traces.append(assign_executors(traces[-1], executors))
+    traces += _run_passes(traces[-1], job, "after_executors")
+    traces.append(delete_last_used(traces[-1]))
+    traces[-1].decisions = traces[1].decisions
+    return traces
+
+
+def compile_function(
+    fn, args, kwargs, *, positional_names, extra_inputs=(), extra_binder=None, job=None
+) -> Compiled:
     captured = capture(
-        fn,
-        args,
-        kwargs,
-        positional_names=positional_names,
-        extra_inputs=extra_inputs,
-        extra_binder=extra_binder,
+        fn, args, kwargs, positional_names=positional_names, extra_inputs=extra_inputs, extra_binder=extra_binder
     )
-    pruned = dce(captured)
+    traces = [captured, dce(captured)]
+    traces += _run_passes(traces[-1], job, "after_capture")
+    prepared = traces[-1]
     notes = []
-    if requires_autodiff(pruned):
+    if requires_autodiff(prepared):
         try:
-            split = split_forward_backward(pruned)
+            split = split_forward_backward(prepared, job.executors if job is not None else ())
         except NotDifferentiable as reason:
             notes.append(f"autodiff: PyTorch autograd records the whole program ({reason})")
         else:
-            forward, backward = rematerialize(split.forward, split.backward)
-            forward_traces, backward_traces = _lower(forward), _lower(backward)
+            forward, backward = split.forward, split.backward
+            extra = _run_passes(forward, job, "after_autodiff")
+            forward = extra[-1] if extra else forward
+            forward, backward = rematerialize(forward, backward)
+            forward_traces, backward_traces = _lower(forward, job), _lower(backward, job)
             program = TrainingProgram(
                 forward_traces[-1].python_callable(),
                 backward_traces[-1].python_callable(),
@@ -64,10 +81,7 @@ def compile_function(fn, args, kwargs, *, positional_names, extra_inputs=(), ext
                 captured.output_treespec,
             )
             return Compiled(
-                program,
-                [captured, pruned, split.forward, *forward_traces],
-                [split.backward, *backward_traces],
-                notes,
+                program, [*traces, split.forward, *extra, *forward_traces], [split.backward, *backward_traces], notes
             )
-    traces = [captured, *_lower(pruned)]
+    traces += _lower(prepared, job)
     return Compiled(traces[-1].python_callable(), traces, notes=notes)

@@ -1,0 +1,194 @@
+"""The executor API: who may run an operation, and how.
+
+An ``OperatorExecutor`` registers implementations per symbol, each with an optional
+checker. A ``FusionExecutor`` registers the symbols it can fuse; after claiming, its
+``fusion_pass`` groups neighbouring claimed operations into regions and compiles each
+region once. A checker gets the bound symbol's arguments (proxies) and returns ``True`` or
+a ``Rejection`` carrying the reason; results are cached per (symbol, input metadata).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.symbols import BoundSymbol, Symbol
+from thunder_core.ir.trace import Trace
+from thunder_core.ir.tree import leaves
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A checker's "no", with the reason ``explain`` shows."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+Checker = Callable[..., "bool | Rejection"]
+
+
+def resolve_symbol(target) -> Symbol:
+    """A Symbol, a torch-level symbol name ("add"), ``"prims.add"``, or a torch callable."""
+    from thunder_core.ops import prims
+    from thunder_core.ops.registry import TORCH_SYMBOLS, lookup
+
+    if isinstance(target, Symbol):
+        return target
+    if isinstance(target, str):
+        if target.startswith("prims."):
+            found = prims.PRIMS.get(target.removeprefix("prims."))
+        else:
+            found = TORCH_SYMBOLS.get(target.removeprefix("torch."))
+        if found is None:
+            raise KeyError(f"no thunder_core symbol named {target!r}")
+        return found
+    entry = lookup(target)
+    if entry is None:
+        raise KeyError(f"{target!r} has no thunder_core symbol")
+    return entry[0]
+
+
+def metadata_key(bsym: BoundSymbol) -> tuple:
+    """What a checker's answer may depend on: tensor metadata and the other arguments."""
+
+    def part(x):
+        if isinstance(x, TensorProxy):
+            return ("tensor", tuple(x.shape), x.dtype, x.device, x.requires_grad)
+        try:
+            hash(x)
+        except TypeError:
+            return ("unhashable", repr(x))
+        return x
+
+    return (bsym.symbol, tuple(part(x) for x in leaves((bsym.args, bsym.kwargs))), tuple(bsym.kwargs))
+
+
+@dataclass
+class Implementation:
+    fn: Callable
+    checker: Checker | None = None
+    grad: Callable | None = None
+
+
+class Executor:
+    """Base class: a named executor with a claim priority."""
+
+    #: Higher runs first when no explicit order is given.
+    default_priority: int = 0
+
+    def __init__(self, name: str, *, version: str | None = None):
+        self.name = name
+        self.version = version
+        self._checks: dict[tuple, bool | Rejection] = {}
+
+    def implementation_for(self, symbol: Symbol) -> Implementation | None:
+        raise NotImplementedError
+
+    def check(self, bsym: BoundSymbol) -> bool | Rejection:
+        """True if this executor takes ``bsym``, else a Rejection with the reason."""
+        impl = self.implementation_for(bsym.symbol)
+        if impl is None:
+            return Rejection(f"no implementation for {bsym.symbol.printed_name}")
+        if impl.checker is None:
+            return True
+        key = metadata_key(bsym)
+        try:
+            cached = self._checks.get(key)
+        except TypeError:
+            cached, key = None, None
+        if cached is not None:
+            return cached
+        try:
+            verdict = impl.checker(*bsym.args, **bsym.kwargs)
+        except Exception as error:  # a broken checker declines, with the reason
+            verdict = Rejection(f"checker raised {type(error).__name__}: {error}")
+        if verdict is not True:
+            verdict = verdict if isinstance(verdict, Rejection) else Rejection("checker declined")
+        if key is not None:
+            self._checks[key] = verdict
+        return verdict
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class OperatorExecutor(Executor):
+    """Runs individual symbols with registered implementations."""
+
+    def __init__(self, name: str, *, version: str | None = None):
+        super().__init__(name, version=version)
+        self.implementations: dict[Symbol, Implementation] = {}
+
+    def register_implementation(
+        self, symbol, fn: Callable, *, checker: Checker | None = None, grad: Callable | None = None
+    ) -> Symbol:
+        """Run ``symbol`` (a Symbol, its name, or a torch callable) with ``fn`` when ``checker`` accepts.
+
+        ``grad``, if given, is a VJP rule (see ``thunder_core.autodiff.register_vjp``) used
+        instead of the core's when this executor claims the op in a training trace.
+        """
+        resolved = resolve_symbol(symbol)
+        self.implementations[resolved] = Implementation(fn, checker, grad)
+        self._checks.clear()
+        return resolved
+
+    def implementation_for(self, symbol: Symbol) -> Implementation | None:
+        return self.implementations.get(symbol)
+
+    def claimed(self, bsym: BoundSymbol) -> BoundSymbol:
+        impl = self.implementations[bsym.symbol]
+        name = f"{self.name}_{bsym.symbol.name}"
+        return bsym.replace(executor=self.name, impl=impl.fn, impl_name=name)
+
+
+@dataclass
+class Region:
+    """A run of neighbouring bound symbols claimed by one fusion executor."""
+
+    bound_symbols: list[BoundSymbol]
+    inputs: list[Any] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+
+    def as_trace(self, name: str) -> Trace:
+        return Trace(inputs=self.inputs, bound_symbols=self.bound_symbols, output=tuple(self.outputs), function_name=name)
+
+
+class FusionExecutor(Executor):
+    """Claims symbols, then fuses neighbouring claimed operations into compiled regions."""
+
+    #: Regions with fewer operations than this are given back to the torch executor.
+    min_region_size: int = 2
+
+    def __init__(self, name: str, *, version: str | None = None):
+        super().__init__(name, version=version)
+        self.supported: dict[Symbol, Implementation] = {}
+        self._region_counter = 0
+
+    def register_supported(self, symbol, *, checker: Checker | None = None) -> Symbol:
+        resolved = resolve_symbol(symbol)
+        self.supported[resolved] = Implementation(fn=resolved.impl, checker=checker)
+        self._checks.clear()
+        return resolved
+
+    def implementation_for(self, symbol: Symbol) -> Implementation | None:
+        return self.supported.get(symbol)
+
+    def compile_region(self, region: Region) -> Callable:
+        """Compile one region into a callable taking ``region.inputs`` and returning ``region.outputs``."""
+        raise NotImplementedError
+
+    def fusion_pass(self, trace: Trace) -> Trace:
+        """Replace each maximal run of this executor's claimed bound symbols by one fused call."""
+        from thunder_core.executors.fusion import fuse_regions
+
+        return fuse_regions(trace, self)

@@ -1,0 +1,62 @@
+"""Grouping a fusion executor's claimed neighbours into regions, each compiled once."""
+
+from __future__ import annotations
+
+from thunder_core.executors import torch_executor
+from thunder_core.ir.proxies import PROXY_TYPES
+from thunder_core.ir.symbols import BoundSymbol, Symbol
+from thunder_core.ir.trace import Trace
+from thunder_core.ir.tree import leaves
+
+
+def _region(bsyms: list[BoundSymbol], later: list[BoundSymbol], trace_outputs: set[str]):
+    from thunder_core.executors.base import Region
+
+    produced, inputs, seen = set(), [], set()
+    for b in bsyms:
+        for p in b.flat_args():
+            if p.name not in produced and p.name not in seen:
+                seen.add(p.name)
+                inputs.append(p)
+        produced.update(p.name for p in b.flat_outputs())
+    used_later = {p.name for b in later for p in b.flat_args()} | trace_outputs
+    outputs, out_seen = [], set()
+    for b in bsyms:
+        for p in b.flat_outputs():
+            if p.name in used_later and p.name not in out_seen:
+                out_seen.add(p.name)
+                outputs.append(p)
+    return Region(bsyms, inputs, outputs)
+
+
+def fuse_regions(trace: Trace, executor) -> Trace:
+    trace_outputs = {x.name for x in leaves(trace.output) if isinstance(x, PROXY_TYPES)}
+    result: list[BoundSymbol] = []
+    run: list[BoundSymbol] = []
+    bsyms = trace.bound_symbols
+
+    def flush(position: int) -> None:
+        if not run:
+            return
+        if len(run) < executor.min_region_size:
+            result.extend(torch_executor.claim(b) for b in run)
+        else:
+            region = _region(list(run), bsyms[position:], trace_outputs)
+            executor._region_counter += 1
+            name = f"{executor.name}_fusion_{executor._region_counter}"
+            fn = executor.compile_region(region)
+            symbol = Symbol(name=name, impl=fn, printed_name=name)
+            out = tuple(region.outputs)
+            result.append(
+                BoundSymbol(symbol, tuple(region.inputs), {}, out, list(run), None, executor.name, fn, name)
+            )
+        run.clear()
+
+    for i, bsym in enumerate(bsyms):
+        if bsym.executor == executor.name and bsym.impl is None:
+            run.append(bsym)
+        else:
+            flush(i)
+            result.append(bsym)
+    flush(len(bsyms))
+    return trace.with_bound_symbols(result, trace.provenance)

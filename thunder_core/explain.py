@@ -1,0 +1,64 @@
+"""``thunder_core.explain``: who runs each operation of a jitted function, and why not the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from thunder_core.inspection import _function, _last
+from thunder_core.ir.codegen import Printer
+
+
+@dataclass
+class OperationReport:
+    trace: str  # "computation", "forward" or "backward"
+    operation: str  # the operation as the trace prints it
+    executor: str
+    declined: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class Explanation:
+    """Per operation of the executed traces: the executor that claimed it, and every other one's reason."""
+
+    executors: list[str]
+    not_used: dict[str, str]
+    operations: list[OperationReport]
+    notes: list[str]
+
+    def for_symbol(self, name: str) -> list[OperationReport]:
+        """Reports whose operation calls ``name`` (e.g. ``"torch.add"``)."""
+        return [r for r in self.operations if f"{name}(" in r.operation]
+
+    def __str__(self) -> str:
+        lines = [f"executors, in claim order: {', '.join(self.executors)}"]
+        for name, why in sorted(self.not_used.items()):
+            lines.append(f"  not used: {name}: {why}")
+        for note in self.notes:
+            lines.append(f"  note: {note}")
+        current = None
+        for r in self.operations:
+            if r.trace != current:
+                lines.append(f"\n[{r.trace}]")
+                current = r.trace
+            lines.append(f"{r.operation}\n    -> {r.executor}" + (f" ({r.note})" if r.note else ""))
+            for name, why in r.declined.items():
+                lines.append(f"       {name}: {why}")
+        return "\n".join(lines)
+
+
+def explain(jfn) -> Explanation:
+    """Explain the executors' choices for the most recent call of ``jfn``."""
+    function = _function(jfn)
+    compiled = _last(jfn)
+    job = function._job
+    reports = []
+    executed = [t for t in compiled.traces if t.decisions][-1:] + [t for t in compiled.backward_traces if t.decisions][-1:]
+    for trace in executed:
+        printer = Printer()
+        for decision in trace.decisions:
+            operation = printer.call(decision.bsym.replace(impl=None))
+            reports.append(OperationReport(trace.function_name, operation, decision.executor, decision.declined, decision.note))
+    executors = job.executor_names if job is not None else ["torch"]
+    not_used = dict(job.not_used) if job is not None else {}
+    return Explanation(executors, not_used, reports, list(compiled.notes))

@@ -1,0 +1,137 @@
+"""Per-job selection of executors and plugins: the API, the environment, a config file.
+
+Precedence, highest first: ``jit(executors=..., plugins=..., options=...)``; the
+environment (``THUNDER_CORE_EXECUTORS``, ``THUNDER_CORE_PLUGINS``, ``THUNDER_CORE_DISABLE``,
+``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``); the config file (the TOML file
+``THUNDER_CORE_CONFIG`` names, else ``[tool.thunder-core]`` in the nearest pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from thunder_core.plugins.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_KEYS = {
+    "executors": "ordered list of executor names: the claim priority (torch is always last)",
+    "plugins": "list of transform plugins to enable",
+    "disable": "list of executors and plugins never to use",
+    "options": "table of per-executor / per-plugin option tables",
+    "autoload": "false: use only the core's executors and the ones named explicitly",
+    "strict": "true: any broken, incompatible or stale plugin is an error",
+}
+ENV_FLAGS = ("1", "true", "yes", "on")
+
+
+@dataclass
+class JobConfig:
+    """What one job asked for, and where each part came from."""
+
+    executors: list[str] | None = None
+    plugins: list[str] = field(default_factory=list)
+    disabled: dict[str, str] = field(default_factory=dict)  # name -> by what
+    options: dict[str, dict] = field(default_factory=dict)
+    autoload: bool = True
+    strict: bool = False
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def _names(value, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [v for v in value.replace(",", " ").split() if v]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected a list of names, got {value!r}")
+    return list(value)
+
+
+def find_config_file(start: Path | None = None) -> tuple[Path | None, dict]:
+    """The config file in effect and its thunder-core table."""
+    named = os.environ.get("THUNDER_CORE_CONFIG")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigError(f"THUNDER_CORE_CONFIG names {named!r}, which is not a file")
+        data = tomllib.loads(path.read_text())
+        table = data.get("tool", {}).get("thunder-core", data)
+        return path, table
+    directory = (start or Path.cwd()).resolve()
+    for folder in (directory, *directory.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            data = tomllib.loads(candidate.read_text())
+            return candidate, data.get("tool", {}).get("thunder-core", {})
+    return None, {}
+
+
+def _check_keys(table: dict, where: str) -> None:
+    unknown = sorted(set(table) - set(CONFIG_KEYS))
+    if unknown:
+        known = "\n".join(f"  {k}: {v}" for k, v in CONFIG_KEYS.items())
+        raise ConfigError(f"{where}: unknown key(s) {unknown}. The known keys are:\n{known}")
+
+
+def resolve(*, executors=None, plugins=None, options=None, disable=None) -> JobConfig:
+    """Combine the three sources into one JobConfig (names are checked later, against discovery)."""
+    path, table = find_config_file()
+    where = f"config file {path}" if path else "config"
+    _check_keys(table, where)
+    config = JobConfig()
+    env = os.environ
+
+    # Ordered executor list: API > environment > config file.
+    if executors is not None:
+        config.executors, config.sources["executors"] = _names(executors, "jit(executors=...)"), "jit(executors=...)"
+    elif env.get("THUNDER_CORE_EXECUTORS"):
+        config.executors = _names(env["THUNDER_CORE_EXECUTORS"], "THUNDER_CORE_EXECUTORS")
+        config.sources["executors"] = "THUNDER_CORE_EXECUTORS"
+    elif "executors" in table:
+        config.executors, config.sources["executors"] = _names(table["executors"], f"{where}: executors"), where
+
+    if plugins is not None:
+        config.plugins, config.sources["plugins"] = _names(plugins, "jit(plugins=...)"), "jit(plugins=...)"
+    elif env.get("THUNDER_CORE_PLUGINS"):
+        config.plugins = _names(env["THUNDER_CORE_PLUGINS"], "THUNDER_CORE_PLUGINS")
+        config.sources["plugins"] = "THUNDER_CORE_PLUGINS"
+    elif "plugins" in table:
+        config.plugins, config.sources["plugins"] = _names(table["plugins"], f"{where}: plugins"), where
+
+    # Disabling: a name listed explicitly by a higher-precedence source stays enabled.
+    explicit = set(config.executors or []) | set(config.plugins)
+    ranked = [
+        ("jit(disable=...)", disable, 0),
+        ("THUNDER_CORE_DISABLE", env.get("THUNDER_CORE_DISABLE"), 1),
+        (where, table.get("disable"), 2),
+    ]
+    rank_of_lists = {"jit(executors=...)": 0, "jit(plugins=...)": 0, "THUNDER_CORE_EXECUTORS": 1, "THUNDER_CORE_PLUGINS": 1}
+    for source, value, rank in ranked:
+        if not value:
+            continue
+        for name in _names(value, source):
+            chosen_by = [s for key, s in config.sources.items() if name in (getattr(config, key) or [])]
+            if name in explicit and any(rank_of_lists.get(s, 2) < rank for s in chosen_by):
+                continue
+            config.disabled.setdefault(name, f"disabled by {source}")
+
+    options_table = table.get("options", {})
+    if not isinstance(options_table, dict):
+        raise ConfigError(f"{where}: options must be a table of tables, got {options_table!r}")
+    merged = {k: dict(v) for k, v in options_table.items()}
+    for name, values in (options or {}).items():
+        merged.setdefault(name, {}).update(values)
+    config.options = merged
+
+    autoload = table.get("autoload", True)
+    if env.get("THUNDER_CORE_NO_AUTOLOAD", "").lower() in ENV_FLAGS:
+        autoload = False
+        config.sources["autoload"] = "THUNDER_CORE_NO_AUTOLOAD"
+    config.autoload = bool(autoload)
+    config.strict = env.get("THUNDER_CORE_STRICT", "").lower() in ENV_FLAGS or bool(table.get("strict", False))
+    return config
