@@ -1,0 +1,5 @@
+import sys
+
+from thunder_core.cli import main
+
+sys.exit(main())
