@@ -50,7 +50,9 @@ def peak_memory_bytes(fn) -> int:
 def run_isolated(script: str, *args: str) -> dict:
     """Run ``script`` in a fresh interpreter; it prints one JSON object as its last line."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    done = subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, script, *args], env=env, capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -39,7 +39,6 @@ def build_model():
 
 def measure(backend: str, steps: int) -> dict:
     import torch
-
     from measure import median_seconds, peak_memory_bytes
 
     model = build_model()
@@ -65,7 +64,13 @@ def measure(backend: str, steps: int) -> dict:
     first_call = time.perf_counter() - start
     step_time = median_seconds(step, repeats=steps)
     peak = peak_memory_bytes(step)
-    return {"backend": backend, "first_call_s": first_call, "step_s": step_time, "peak_bytes": peak, "loss": loss}
+    return {
+        "backend": backend,
+        "first_call_s": first_call,
+        "step_s": step_time,
+        "peak_bytes": peak,
+        "loss": loss,
+    }
 
 
 def main() -> None:
@@ -82,7 +87,9 @@ def main() -> None:
     results = {b: run_isolated(__file__, "--backend", b, "--steps", str(args.steps)) for b in BACKENDS}
     eager = results["eager"]
     print(f"litgpt 4-layer training step, batch {BATCH} x {LENGTH} tokens, CPU, median of {args.steps} steps")
-    print(f"{'backend':15s} {'step ms':>9s} {'vs eager':>9s} {'first call s':>13s} {'peak MB':>9s} {'vs eager':>9s}")
+    print(
+        f"{'backend':15s} {'step ms':>9s} {'vs eager':>9s} {'first call s':>13s} {'peak MB':>9s} {'vs eager':>9s}"
+    )
     for name, r in results.items():
         print(
             f"{name:15s} {r['step_s'] * 1e3:9.1f} {r['step_s'] / eager['step_s']:8.2f}x {r['first_call_s']:13.2f} "

@@ -13,13 +13,13 @@ from torch import nn
 
 import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
+from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
 from thunder_core.explain import Explanation, explain
 from thunder_core.inspection import cache_info, last_backward_traces, last_traces
-from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
-from thunder_core.plugins.errors import ConfigError, PluginError
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule
+from thunder_core.plugins.errors import ConfigError, PluginError
 
 __version__ = "0.1.0"
 

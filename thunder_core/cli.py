@@ -1,8 +1,8 @@
 """The ``thunder-core`` command (also ``python -m thunder_core``).
 
-    thunder-core plugins [--json]     every discovered executor and plugin, with its status
-    thunder-core doctor               what to install on this machine
-    thunder-core new-executor NAME    write a new executor package from the template
+thunder-core plugins [--json]     every discovered executor and plugin, with its status
+thunder-core doctor               what to install on this machine
+thunder-core new-executor NAME    write a new executor package from the template
 """
 
 from __future__ import annotations
@@ -26,12 +26,9 @@ KNOWN_EXECUTORS = {
 
 
 def _rows():
+    """Every plugin, loaded as far as it goes (import, probe, register), so each problem shows."""
     manager = plugin_manager()
-    rows = []
-    for name in manager.names():
-        info = manager.probe(manager.plugins[name])
-        rows.append(info)
-    return rows
+    return [manager.load(manager.plugins[name]) for name in manager.names()]
 
 
 def cmd_plugins(args) -> int:
@@ -44,7 +41,9 @@ def cmd_plugins(args) -> int:
     for r in rows:
         imported = f"{r.import_seconds * 1e3:.1f} ms" if r.import_seconds is not None else "-"
         reason = r.reason + (f" (fix: {r.remedy})" if r.remedy else "")
-        table.append((r.name, r.kind, r.distribution or "-", r.version or "-", r.status, imported, reason or "-"))
+        table.append(
+            (r.name, r.kind, r.distribution or "-", r.version or "-", r.status, imported, reason or "-")
+        )
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header) - 1)]
     for row in table:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) + "  " + str(row[-1]))

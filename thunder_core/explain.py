@@ -53,12 +53,18 @@ def explain(jfn) -> Explanation:
     compiled = _last(jfn)
     job = function._job
     reports = []
-    executed = [t for t in compiled.traces if t.decisions][-1:] + [t for t in compiled.backward_traces if t.decisions][-1:]
+    executed = [t for t in compiled.traces if t.decisions][-1:] + [
+        t for t in compiled.backward_traces if t.decisions
+    ][-1:]
     for trace in executed:
         printer = Printer()
         for decision in trace.decisions:
             operation = printer.call(decision.bsym.replace(impl=None))
-            reports.append(OperationReport(trace.function_name, operation, decision.executor, decision.declined, decision.note))
+            reports.append(
+                OperationReport(
+                    trace.function_name, operation, decision.executor, decision.declined, decision.note
+                )
+            )
     executors = job.executor_names if job is not None else ["torch"]
     not_used = dict(job.not_used) if job is not None else {}
     return Explanation(executors, not_used, reports, list(compiled.notes))

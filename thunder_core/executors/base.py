@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import BoundSymbol, Symbol
 from thunder_core.ir.trace import Trace
@@ -160,7 +158,12 @@ class Region:
     outputs: list[Any] = field(default_factory=list)
 
     def as_trace(self, name: str) -> Trace:
-        return Trace(inputs=self.inputs, bound_symbols=self.bound_symbols, output=tuple(self.outputs), function_name=name)
+        return Trace(
+            inputs=self.inputs,
+            bound_symbols=self.bound_symbols,
+            output=tuple(self.outputs),
+            function_name=name,
+        )
 
 
 class FusionExecutor(Executor):

@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from thunder_core.errors import ThunderCoreError
 from thunder_core.executors import python_executor, torch_executor
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
-from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.symbols import PYTHON, BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 
@@ -42,7 +42,11 @@ def _claim(executor, bsym: BoundSymbol) -> BoundSymbol:
         return executor.claimed(bsym)
     if isinstance(executor, FusionExecutor):
         return bsym.replace(executor=executor.name, impl=None)  # fused later by its fusion_pass
-    return torch_executor.claim(bsym) if executor.name == torch_executor.NAME else bsym.replace(executor=executor.name)
+    return (
+        torch_executor.claim(bsym)
+        if executor.name == torch_executor.NAME
+        else bsym.replace(executor=executor.name)
+    )
 
 
 def _someone_takes_part(bsyms, executors) -> bool:

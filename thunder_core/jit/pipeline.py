@@ -34,7 +34,7 @@ class Compiled:
 
 def _run_passes(trace: Trace, job, stage: str) -> list[Trace]:
     traces = []
-    for fn, options, name in (job.passes.get(stage, []) if job is not None else []):
+    for fn, options, name in job.passes.get(stage, []) if job is not None else []:
         start = time.perf_counter()
         trace = fn(trace, options)
         trace.provenance = Provenance(f"{name} ({stage})", time.perf_counter() - start)
@@ -56,7 +56,12 @@ def compile_function(
     fn, args, kwargs, *, positional_names, extra_inputs=(), extra_binder=None, job=None
 ) -> Compiled:
     captured = capture(
-        fn, args, kwargs, positional_names=positional_names, extra_inputs=extra_inputs, extra_binder=extra_binder
+        fn,
+        args,
+        kwargs,
+        positional_names=positional_names,
+        extra_inputs=extra_inputs,
+        extra_binder=extra_binder,
     )
     traces = [captured, dce(captured)]
     traces += _run_passes(traces[-1], job, "after_capture")
@@ -81,7 +86,10 @@ def compile_function(
                 captured.output_treespec,
             )
             return Compiled(
-                program, [*traces, split.forward, *extra, *forward_traces], [split.backward, *backward_traces], notes
+                program,
+                [*traces, split.forward, *extra, *forward_traces],
+                [split.backward, *backward_traces],
+                notes,
             )
     traces += _lower(prepared, job)
     return Compiled(traces[-1].python_callable(), traces, notes=notes)

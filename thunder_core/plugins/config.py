@@ -88,12 +88,18 @@ def resolve(*, executors=None, plugins=None, options=None, disable=None) -> JobC
 
     # Ordered executor list: API > environment > config file.
     if executors is not None:
-        config.executors, config.sources["executors"] = _names(executors, "jit(executors=...)"), "jit(executors=...)"
+        config.executors, config.sources["executors"] = (
+            _names(executors, "jit(executors=...)"),
+            "jit(executors=...)",
+        )
     elif env.get("THUNDER_CORE_EXECUTORS"):
         config.executors = _names(env["THUNDER_CORE_EXECUTORS"], "THUNDER_CORE_EXECUTORS")
         config.sources["executors"] = "THUNDER_CORE_EXECUTORS"
     elif "executors" in table:
-        config.executors, config.sources["executors"] = _names(table["executors"], f"{where}: executors"), where
+        config.executors, config.sources["executors"] = (
+            _names(table["executors"], f"{where}: executors"),
+            where,
+        )
 
     if plugins is not None:
         config.plugins, config.sources["plugins"] = _names(plugins, "jit(plugins=...)"), "jit(plugins=...)"
@@ -110,7 +116,12 @@ def resolve(*, executors=None, plugins=None, options=None, disable=None) -> JobC
         ("THUNDER_CORE_DISABLE", env.get("THUNDER_CORE_DISABLE"), 1),
         (where, table.get("disable"), 2),
     ]
-    rank_of_lists = {"jit(executors=...)": 0, "jit(plugins=...)": 0, "THUNDER_CORE_EXECUTORS": 1, "THUNDER_CORE_PLUGINS": 1}
+    rank_of_lists = {
+        "jit(executors=...)": 0,
+        "jit(plugins=...)": 0,
+        "THUNDER_CORE_EXECUTORS": 1,
+        "THUNDER_CORE_PLUGINS": 1,
+    }
     for source, value, rank in ranked:
         if not value:
             continue
@@ -133,5 +144,7 @@ def resolve(*, executors=None, plugins=None, options=None, disable=None) -> JobC
         autoload = False
         config.sources["autoload"] = "THUNDER_CORE_NO_AUTOLOAD"
     config.autoload = bool(autoload)
-    config.strict = env.get("THUNDER_CORE_STRICT", "").lower() in ENV_FLAGS or bool(table.get("strict", False))
+    config.strict = env.get("THUNDER_CORE_STRICT", "").lower() in ENV_FLAGS or bool(
+        table.get("strict", False)
+    )
     return config

@@ -40,7 +40,9 @@ def _options_for(info: PluginInfo, config: JobConfig) -> dict:
     for name, spec in info.options.items():
         value = given.get(name, spec.default)
         if not isinstance(value, spec.type) or (spec.type is int and isinstance(value, bool)):
-            raise ConfigError(f"option {name!r} of {info.name!r} must be a {spec.type.__name__}, got {value!r}")
+            raise ConfigError(
+                f"option {name!r} of {info.name!r} must be a {spec.type.__name__}, got {value!r}"
+            )
         values[name] = value
     return values
 
@@ -52,10 +54,14 @@ def build_job(config: JobConfig) -> Job:
     _check_names(config.plugins, "plugin", manager)
     for name in config.options:
         if name not in manager.plugins:
-            raise ConfigError(f"options given for unknown executor or plugin {name!r}; installed: {manager.names()}")
+            raise ConfigError(
+                f"options given for unknown executor or plugin {name!r}; installed: {manager.names()}"
+            )
     for name in config.disabled:
         if name not in manager.plugins:
-            raise ConfigError(f"cannot disable unknown executor or plugin {name!r}; installed: {manager.names()}")
+            raise ConfigError(
+                f"cannot disable unknown executor or plugin {name!r}; installed: {manager.names()}"
+            )
 
     if config.strict:
         for info in manager.plugins.values():
@@ -79,7 +85,9 @@ def build_job(config: JobConfig) -> Job:
             job.not_used[name] = config.disabled[name]
         elif name not in candidates:
             job.not_used[name] = "not selected" + (
-                f" ({config.sources['executors']} lists {config.executors})" if explicit else " (autoload is off)"
+                f" ({config.sources['executors']} lists {config.executors})"
+                if explicit
+                else " (autoload is off)"
             )
     for name in candidates:
         if name in config.disabled:

@@ -108,7 +108,9 @@ def _core_requirement(dist) -> str | None:
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        if canonicalize_name(req.name) == CORE_DISTRIBUTION and (req.marker is None or req.marker.evaluate({"extra": ""})):
+        if canonicalize_name(req.name) == CORE_DISTRIBUTION and (
+            req.marker is None or req.marker.evaluate({"extra": ""})
+        ):
             return str(req.specifier) or None
     return None
 
@@ -160,7 +162,9 @@ class PluginManager:
                 info.reason = (
                     f"built for thunder-core{info.requires_core}, but this is thunder-core {_core_version()}"
                 )
-                info.remedy = f"pip install -U {info.distribution}, or a thunder-core matching {info.requires_core}"
+                info.remedy = (
+                    f"pip install -U {info.distribution}, or a thunder-core matching {info.requires_core}"
+                )
                 return info
         module_name = info.entry_point.split(":")[0]
         try:

@@ -1,0 +1,242 @@
+"""Throwaway plugin packages, written to a folder and pip-installed for real by the plugin tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+GOOD_EXECUTOR = """
+import torch
+from thunder_core.plugins import Availability, hookimpl
+
+CALLS = []
+
+
+@hookimpl
+def thunder_core_probe():
+    return Availability.ok()
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import OperatorExecutor, Rejection
+
+    executor = OperatorExecutor("goodex")
+
+    def add(a, b, *, alpha=None):
+        CALLS.append("add")
+        return torch.add(a, b) if alpha is None else torch.add(a, b, alpha=alpha)
+
+    def float32_only(a, b, *, alpha=None):
+        tensors = [x for x in (a, b) if isinstance(x, torch.Tensor)]
+        if all(t.dtype == torch.float32 for t in tensors):
+            return True
+        return Rejection("goodex only runs float32")
+
+    executor.register_implementation(torch.add, add, checker=float32_only)
+    register(executor)
+"""
+
+GOOD_FUSION = """
+from thunder_core.plugins import hookimpl
+
+COMPILED = []
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import FusionExecutor
+
+    class PythonFusion(FusionExecutor):
+        def compile_region(self, region):
+            COMPILED.append([b.symbol.name for b in region.bound_symbols])
+            return region.as_trace(f"goodfuse_region_{len(COMPILED)}").python_callable()
+
+    executor = PythonFusion("goodfuse")
+    for name in ("add", "mul", "exp", "neg"):
+        executor.register_supported(name)
+    register(executor)
+"""
+
+
+def _claiming(name: str) -> str:
+    return f'''
+import torch
+from thunder_core.plugins import hookimpl
+
+CALLS = []
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import OperatorExecutor
+
+    executor = OperatorExecutor("{name}")
+
+    def add(a, b, *, alpha=None):
+        CALLS.append("{name}")
+        return torch.add(a, b) if alpha is None else torch.add(a, b, alpha=alpha)
+
+    executor.register_implementation("add", add)
+    register(executor)
+'''
+
+
+# (distribution, group, entry point name, entry point value, {module path: source}, extra requirements)
+PACKAGES = [
+    ("tc-goodex", "executors", "goodex", "tc_goodex", {"tc_goodex/__init__.py": GOOD_EXECUTOR}, []),
+    ("tc-goodfuse", "executors", "goodfuse", "tc_goodfuse", {"tc_goodfuse/__init__.py": GOOD_FUSION}, []),
+    (
+        "tc-broken-import",
+        "executors",
+        "brokenimport",
+        "tc_broken_import",
+        {"tc_broken_import/__init__.py": "import not_a_real_dependency_xyz\n"},
+        [],
+    ),
+    (
+        "tc-raises-register",
+        "executors",
+        "raisesregister",
+        "tc_raises_register",
+        {
+            "tc_raises_register/__init__.py": (
+                "from thunder_core.plugins import hookimpl\n\n@hookimpl\n"
+                "def thunder_core_register_executor(register):\n"
+                "    raise RuntimeError('cannot initialize the device context')\n"
+            )
+        },
+        [],
+    ),
+    (
+        "tc-unavailable",
+        "executors",
+        "unavailable",
+        "tc_unavailable",
+        {
+            "tc_unavailable/__init__.py": (
+                "from thunder_core.plugins import Availability, hookimpl\n\n@hookimpl\n"
+                "def thunder_core_probe():\n"
+                "    return Availability.missing('no FancyAccelerator device found', "
+                "'run on a machine with a FancyAccelerator')\n\n"
+                "@hookimpl\ndef thunder_core_register_executor(register):\n"
+                "    raise AssertionError('register must not run when unavailable')\n"
+            )
+        },
+        [],
+    ),
+    (
+        "tc-incompatible",
+        "executors",
+        "incompatible",
+        "tc_incompatible",
+        {
+            "tc_incompatible/__init__.py": "raise AssertionError('an incompatible plugin must not be imported')\n"
+        },
+        ["thunder-core>=99"],
+    ),
+    ("tc-claim-a", "executors", "claima", "tc_claim_a", {"tc_claim_a/__init__.py": _claiming("claima")}, []),
+    ("tc-claim-b", "executors", "claimb", "tc_claim_b", {"tc_claim_b/__init__.py": _claiming("claimb")}, []),
+    # The entry point still names the module's old name (as after a rename in an editable install).
+    ("tc-stale", "executors", "stale", "tc_stale_old", {"tc_stale_new/__init__.py": "X = 1\n"}, []),
+    (
+        "tc-misspelled",
+        "executors",
+        "misspelled",
+        "tc_misspelled",
+        {
+            "tc_misspelled/__init__.py": (
+                "from thunder_core.plugins import Availability, hookimpl\n\n@hookimpl\n"
+                "def thunder_core_prob():\n    return Availability.ok()\n"
+            )
+        },
+        [],
+    ),
+    (
+        "tc-mistyped",
+        "executors",
+        "mistyped",
+        "tc_mistyped",
+        {
+            "tc_mistyped/__init__.py": (
+                "from thunder_core.plugins import hookimpl\n\n@hookimpl\n"
+                "def thunder_core_register_executor(registr):\n    pass\n"
+            )
+        },
+        [],
+    ),
+    (
+        "tc-goodplugin",
+        "plugins",
+        "goodplugin",
+        "tc_goodplugin",
+        {
+            "tc_goodplugin/__init__.py": (
+                "from thunder_core.plugins import hookimpl\n\nSEEN = []\n\n"
+                "@hookimpl\ndef thunder_core_declare_options(declare):\n"
+                "    declare('tag', str, 'hello', 'a label recorded by the pass')\n\n"
+                "@hookimpl\ndef thunder_core_register_passes(register):\n"
+                "    def count_ops(trace, options):\n"
+                "        SEEN.append((options['tag'], len(trace.bound_symbols)))\n"
+                "        return trace\n"
+                "    register('after_capture', count_ops)\n"
+            )
+        },
+        [],
+    ),
+]
+
+
+def write_package(root: Path, distribution, group, ep_name, ep_value, files, requires) -> Path:
+    folder = root / distribution
+    packages = sorted({path.split("/")[0] for path in files})
+    deps = ", ".join(f'"{r}"' for r in requires)
+    (folder).mkdir(parents=True)
+    (folder / "pyproject.toml").write_text(
+        textwrap.dedent(
+            f"""
+            [build-system]
+            requires = ["setuptools>=68"]
+            build-backend = "setuptools.build_meta"
+
+            [project]
+            name = "{distribution}"
+            version = "1.2.3"
+            dependencies = [{deps}]
+
+            [project.entry-points."thunder_core.{group}"]
+            {ep_name} = "{ep_value}"
+
+            [tool.setuptools]
+            packages = {packages!r}
+            """
+        ).replace("'", '"')
+    )
+    for path, source in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(source)
+    return folder
+
+
+def install_all(root: Path) -> list[str]:
+    folders = [write_package(root, *spec) for spec in PACKAGES]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            *map(str, folders),
+        ],
+        check=True,
+    )
+    return [spec[0] for spec in PACKAGES]
+
+
+def uninstall_all(distributions: list[str]) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", *distributions], check=False)

@@ -1,0 +1,243 @@
+"""The plugin system, tested with real packages pip-installed into this environment."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from plugin_packages import install_all, uninstall_all
+
+import thunder_core
+from thunder_core import ConfigError, PluginError
+from thunder_core.plugins.manager import plugin_manager, reset_plugin_manager
+
+ENV = ("THUNDER_CORE_EXECUTORS", "THUNDER_CORE_PLUGINS", "THUNDER_CORE_DISABLE", "THUNDER_CORE_NO_AUTOLOAD",
+       "THUNDER_CORE_CONFIG", "THUNDER_CORE_STRICT")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    distributions = install_all(tmp_path_factory.mktemp("plugin_packages"))
+    reset_plugin_manager()
+    yield distributions
+    uninstall_all(distributions)
+    reset_plugin_manager()
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path, installed):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml with a [tool.thunder-core] table here
+    yield
+
+
+def add(a, b):
+    return a + b
+
+
+def _eager_ok(jfn):
+    a, b = torch.randn(4), torch.randn(4)
+    torch.testing.assert_close(jfn(a, b), a + b)
+
+
+EXPECTED = {
+    "goodex": ("available", ""),
+    "goodfuse": ("available", ""),
+    "claima": ("available", ""),
+    "claimb": ("available", ""),
+    "goodplugin": ("available", ""),
+    "brokenimport": ("broken", "ModuleNotFoundError at import: No module named 'not_a_real_dependency_xyz'"),
+    "raisesregister": ("broken", "RuntimeError at register: cannot initialize the device context"),
+    "unavailable": ("unavailable", "no FancyAccelerator device found"),
+    "incompatible": ("incompatible", "built for thunder-core>=99, but this is thunder-core"),
+    "stale": ("stale", "its entry point names module 'tc_stale_old', which no longer exists"),
+    "misspelled": ("broken", "defines thunder_core_prob(), which is not a thunder_core hook (misspelled?)"),
+    "mistyped": ("broken", "invalid hook"),
+}
+
+
+def test_every_package_gets_its_status_and_reason_from_the_api():
+    manager = plugin_manager()
+    for name, (status, reason) in EXPECTED.items():
+        info = manager.load(manager.plugins[name])
+        assert info.status == status, (name, info.explanation())
+        assert reason in info.reason, (name, info.reason)
+        assert info.distribution.startswith("tc-") and info.version == "1.2.3"
+    assert "registr" in manager.plugins["mistyped"].reason
+    assert manager.plugins["unavailable"].remedy == "run on a machine with a FancyAccelerator"
+
+
+def test_the_cli_reports_the_same_statuses():
+    done = subprocess.run(
+        [sys.executable, "-m", "thunder_core", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    for name, (status, reason) in EXPECTED.items():
+        assert rows[name]["status"] == status and reason in rows[name]["reason"], rows[name]
+        assert rows[name]["distribution"].startswith("tc-")
+    table = subprocess.run(["thunder-core", "plugins"], capture_output=True, text=True, check=True).stdout
+    assert "tc-unavailable" in table and "no FancyAccelerator device found" in table
+    assert "run on a machine with a FancyAccelerator" in table
+
+
+def test_working_executor_claims_add_in_the_trace_and_in_explain():
+    module = importlib.import_module("tc_goodex")
+    jfn = thunder_core.jit(add, executors=["goodex"])
+    before = len(module.CALLS)
+    _eager_ok(jfn)
+    assert len(module.CALLS) == before + 1  # goodex's kernel really ran
+    assert "goodex_add(a, b)" in thunder_core.last_traces(jfn)[-1].python()
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.add")
+    assert report.executor == "goodex"
+
+
+def test_checker_rejection_reason_shows_in_explain():
+    jfn = thunder_core.jit(add, executors=["goodex"])
+    a = torch.randn(3, dtype=torch.float64)
+    torch.testing.assert_close(jfn(a, a), a + a)
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.add")
+    assert report.executor == "torch" and report.declined == {"goodex": "goodex only runs float32"}
+    text = str(thunder_core.explain(jfn))
+    assert "goodex: goodex only runs float32" in text
+
+
+def test_broken_and_unavailable_plugins_do_not_break_jit_by_default():
+    jfn = thunder_core.jit(add)  # every available executor, in default priority
+    _eager_ok(jfn)
+    not_used = thunder_core.explain(jfn).not_used
+    assert not_used["brokenimport"].startswith("broken")
+    assert not_used["unavailable"] == "unavailable: no FancyAccelerator device found"
+    assert not_used["incompatible"].startswith("incompatible")
+    assert not_used["stale"].startswith("stale")
+
+
+@pytest.mark.parametrize(
+    "name", ["brokenimport", "raisesregister", "unavailable", "incompatible", "stale", "misspelled"]
+)
+def test_asking_for_a_failing_plugin_by_name_raises_its_reason(name):
+    with pytest.raises(PluginError) as info:
+        thunder_core.jit(add, executors=[name])
+    assert EXPECTED[name][1] in str(info.value)
+    assert f"executor {name!r}" in str(info.value) and "tc-" in str(info.value)
+
+
+def test_strict_mode_turns_every_problem_into_an_error(monkeypatch):
+    monkeypatch.setenv("THUNDER_CORE_STRICT", "1")
+    with pytest.raises(PluginError, match="THUNDER_CORE_STRICT"):
+        thunder_core.jit(add, executors=["goodex"])
+
+
+def test_two_executors_claiming_the_same_op_config_file_decides(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.thunder-core]\nexecutors = ["claimb", "claima"]\n')
+    jfn = thunder_core.jit(add)
+    _eager_ok(jfn)
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.add")
+    assert report.executor == "claimb"
+    assert thunder_core.explain(jfn).executors == ["claimb", "claima", "torch"]
+
+
+def test_precedence_api_over_environment_over_config(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.thunder-core]\nexecutors = ["claimb", "claima"]\n')
+    monkeypatch.setenv("THUNDER_CORE_EXECUTORS", "claima,claimb")
+    env_job = thunder_core.jit(add)
+    _eager_ok(env_job)
+    assert thunder_core.explain(env_job).for_symbol("torch.add")[0].executor == "claima"
+    api_job = thunder_core.jit(add, executors=["goodex", "claimb"])
+    _eager_ok(api_job)
+    assert thunder_core.explain(api_job).for_symbol("torch.add")[0].executor == "goodex"
+
+
+def test_a_config_file_named_by_the_environment(tmp_path, monkeypatch):
+    config = tmp_path / "job.toml"
+    config.write_text('executors = ["claima"]\ndisable = ["goodfuse"]\n')
+    monkeypatch.setenv("THUNDER_CORE_CONFIG", str(config))
+    jfn = thunder_core.jit(add)
+    _eager_ok(jfn)
+    explanation = thunder_core.explain(jfn)
+    assert explanation.executors == ["claima", "torch"]
+    assert explanation.not_used["goodfuse"] == f"disabled by config file {config}"
+
+
+def test_disable_from_environment_and_default_priority(monkeypatch):
+    monkeypatch.setenv("THUNDER_CORE_DISABLE", "claima,claimb,goodfuse")
+    jfn = thunder_core.jit(add)
+    _eager_ok(jfn)
+    explanation = thunder_core.explain(jfn)
+    assert explanation.for_symbol("torch.add")[0].executor == "goodex"
+    assert explanation.not_used["claima"] == "disabled by THUNDER_CORE_DISABLE"
+
+
+def test_no_autoload_uses_only_the_core_executors(monkeypatch):
+    monkeypatch.setenv("THUNDER_CORE_NO_AUTOLOAD", "1")
+    jfn = thunder_core.jit(add)
+    _eager_ok(jfn)
+    assert thunder_core.explain(jfn).executors == ["torch"]
+
+
+def test_unknown_names_and_keys_are_errors_that_list_the_known_ones(tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"unknown executor 'nvfusr'; the installed executors are \[.*'goodex'"
+    ):
+        thunder_core.jit(add, executors=["nvfusr"])
+    (tmp_path / "pyproject.toml").write_text('[tool.thunder-core]\nexecutor = ["goodex"]\n')
+    with pytest.raises(ConfigError, match=r"(?s)unknown key\(s\) \[.executor.\].*executors: ordered list"):
+        thunder_core.jit(add)
+
+
+def test_fusion_executor_fuses_neighbours_and_compiles_each_region_once():
+    module = importlib.import_module("tc_goodfuse")
+
+    def chain(x, y):
+        z = torch.exp(x + y) * 2
+        return torch.nn.functional.gelu(z) + z  # gelu is not fusible: it splits the regions
+
+    jfn = thunder_core.jit(chain, executors=["goodfuse"])
+    x, y = torch.randn(5), torch.randn(5)
+    before = len(module.COMPILED)
+    for _ in range(3):
+        torch.testing.assert_close(jfn(x, y), chain(x, y))
+    assert module.COMPILED[before:] == [["add", "exp", "mul"]]  # compiled once; the lone add stays with torch
+    final = thunder_core.last_traces(jfn)[-1].python()
+    assert "goodfuse_fusion_" in final and "torch.nn.functional.gelu" in final
+
+
+def test_transform_plugin_pass_runs_with_its_options():
+    module = importlib.import_module("tc_goodplugin")
+    jfn = thunder_core.jit(add, plugins=["goodplugin"], options={"goodplugin": {"tag": "job-7"}})
+    _eager_ok(jfn)
+    assert module.SEEN[-1] == ("job-7", 1)
+    assert any(
+        "goodplugin.count_ops (after_capture)" in str(t.provenance) for t in thunder_core.last_traces(jfn)
+    )
+    with pytest.raises(
+        ConfigError, match=r"unknown option\(s\) \['tga'\] for 'goodplugin'; it declares \{'tag'"
+    ):
+        thunder_core.jit(add, plugins=["goodplugin"], options={"goodplugin": {"tga": "x"}})
+    with pytest.raises(ConfigError, match="must be a str"):
+        thunder_core.jit(add, plugins=["goodplugin"], options={"goodplugin": {"tag": 3}})
+
+
+def test_import_thunder_core_imports_no_plugin_module_and_is_cheap():
+    code = (
+        "import sys, time, json; import torch; start = time.perf_counter(); import thunder_core; "
+        "took = time.perf_counter() - start; "
+        "print(json.dumps({'took': took, 'plugins': [m for m in sys.modules if m.startswith('tc_')]}))"
+    )
+    runs = [
+        json.loads(
+            subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        )
+        for _ in range(3)
+    ]
+    assert all(run["plugins"] == [] for run in runs)
+    fastest = min(run["took"] for run in runs)
+    print(f"\nimport thunder_core after import torch: {fastest * 1e3:.0f} ms")
+    assert fastest < 0.100
