@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv and install thunder-core with its test dependencies.
-# Every install goes through constraints.txt, which pins the CPU build of torch.
+# Create (or reuse) .venv; install thunder-core and every package under executors/ and plugins/,
+# with their test dependencies. Every install goes through constraints.txt (CPU torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -10,4 +10,10 @@ fi
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 python -m pip install -q -c constraints.txt torch
-python -m pip install -q -c constraints.txt -e ".[test,lint]"
+packages=(-e ".[test,lint]")
+for package in executors/*/ plugins/*/; do
+    if [ -f "$package/pyproject.toml" ]; then
+        packages+=(-e "${package%/}[test]")
+    fi
+done
+python -m pip install -q -c constraints.txt "${packages[@]}"

@@ -207,7 +207,7 @@ class PluginManager:
 
     def _register_with_pluggy(self, info: PluginInfo) -> str | None:
         known = {name for name in dir(hookspecs) if name.startswith("thunder_core_")}
-        for attr, value in inspect.getmembers(info.module, inspect.isfunction):
+        for attr, _function in inspect.getmembers(info.module, inspect.isfunction):
             if attr.startswith("thunder_core_") and attr not in known:
                 return f"defines {attr}(), which is not a thunder_core hook (misspelled?); the hooks are {sorted(known)}"
         try:
