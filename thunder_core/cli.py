@@ -26,9 +26,24 @@ KNOWN_EXECUTORS = {
 
 
 def _rows():
-    """Every plugin, loaded as far as it goes (import, probe, register), so each problem shows."""
+    """Every plugin, loaded as far as it goes (import, probe, register), so each problem shows.
+
+    Plugins disabled by the environment or the config file are shown as disabled, by what.
+    """
+    from dataclasses import replace
+
+    from thunder_core.plugins.config import resolve
+
+    disabled = resolve().disabled
     manager = plugin_manager()
-    return [manager.load(manager.plugins[name]) for name in manager.names()]
+    rows = []
+    for name in manager.names():
+        if name in disabled:
+            info = manager.plugins[name]
+            rows.append(replace(info, status="disabled", reason=disabled[name], remedy=""))
+        else:
+            rows.append(manager.load(manager.plugins[name]))
+    return rows
 
 
 def cmd_plugins(args) -> int:
