@@ -178,7 +178,10 @@ def test_disable_from_environment_and_default_priority(monkeypatch):
 def test_disabled_plugins_show_as_disabled_in_the_cli(monkeypatch):
     monkeypatch.setenv("THUNDER_CORE_DISABLE", "claimb")
     done = subprocess.run(
-        [sys.executable, "-m", "thunder_core", "plugins", "--json"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "thunder_core", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert rows["claimb"]["status"] == "disabled"
@@ -189,8 +192,12 @@ def test_the_torch_executor_can_be_disabled_by_name():
     jfn = thunder_core.jit(add, executors=["goodex"], disable=["torch"])
     _eager_ok(jfn)  # goodex claims the only op
     assert thunder_core.explain(jfn).executors == ["goodex"]
-    with pytest.raises(thunder_core.ThunderCoreError, match=r"no executor takes torch.mul.*goodex: no implementation"):
-        thunder_core.jit(lambda a, b: a * b, executors=["goodex"], disable=["torch"])(torch.randn(2), torch.randn(2))
+    with pytest.raises(
+        thunder_core.ThunderCoreError, match=r"no executor takes torch.mul.*goodex: no implementation"
+    ):
+        thunder_core.jit(lambda a, b: a * b, executors=["goodex"], disable=["torch"])(
+            torch.randn(2), torch.randn(2)
+        )
 
 
 def test_no_autoload_uses_only_the_core_executors(monkeypatch):
