@@ -47,9 +47,16 @@ def peak_memory_bytes(fn) -> int:
     return (_status_kib("VmHWM") - before) * 1024
 
 
-def run_isolated(script: str, *args: str) -> dict:
-    """Run ``script`` in a fresh interpreter; it prints one JSON object as its last line."""
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+def run_isolated(script: str, *args: str, for_memory: bool = False) -> dict:
+    """Run ``script`` in a fresh interpreter; it prints one JSON object as its last line.
+
+    ``for_memory`` sets ``MALLOC_MMAP_THRESHOLD_`` so freed tensors return to the OS and the
+    resident set follows live tensors; it slows allocation down, so timings are taken in a
+    separate run without it.
+    """
+    env = dict(os.environ)
+    if for_memory:
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     done = subprocess.run(
         [sys.executable, script, *args], env=env, capture_output=True, text=True, check=False
     )

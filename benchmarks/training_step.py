@@ -37,7 +37,7 @@ def build_model():
     return GPT(config)
 
 
-def measure(backend: str, steps: int) -> dict:
+def measure(backend: str, steps: int, what: str) -> dict:
     import torch
     from measure import median_seconds, peak_memory_bytes
 
@@ -62,29 +62,29 @@ def measure(backend: str, steps: int) -> dict:
     start = time.perf_counter()
     loss = step().item()
     first_call = time.perf_counter() - start
+    if what == "memory":
+        step()
+        return {"peak_bytes": peak_memory_bytes(step)}
     step_time = median_seconds(step, repeats=steps)
-    peak = peak_memory_bytes(step)
-    return {
-        "backend": backend,
-        "first_call_s": first_call,
-        "step_s": step_time,
-        "peak_bytes": peak,
-        "loss": loss,
-    }
+    return {"backend": backend, "first_call_s": first_call, "step_s": step_time, "loss": loss}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=BACKENDS, help="measure one backend in this process (internal)")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--what", choices=("time", "memory"), default="time", help="(internal)")
     args = parser.parse_args()
     if args.backend:
-        print(json.dumps(measure(args.backend, args.steps)))
+        print(json.dumps(measure(args.backend, args.steps, args.what)))
         return
 
     from measure import run_isolated
 
-    results = {b: run_isolated(__file__, "--backend", b, "--steps", str(args.steps)) for b in BACKENDS}
+    results = {}
+    for b in BACKENDS:
+        results[b] = run_isolated(__file__, "--backend", b, "--steps", str(args.steps))
+        results[b].update(run_isolated(__file__, "--backend", b, "--what", "memory", for_memory=True))
     eager = results["eager"]
     print(f"litgpt 4-layer training step, batch {BATCH} x {LENGTH} tokens, CPU, median of {args.steps} steps")
     print(

@@ -32,6 +32,19 @@ class Compiled:
     notes: list[str] = field(default_factory=list)
 
 
+def _torch_only(job):
+    if job is None:
+        return None
+    from dataclasses import replace
+
+    torch_executors = [e for e in job.executors if e.name == "torch"]
+    not_used = dict(job.not_used)
+    for e in job.executors:
+        if e.name != "torch":
+            not_used[e.name] = "PyTorch autograd records this program (in-place ops), so only torch runs it"
+    return replace(job, executors=torch_executors, not_used=not_used)
+
+
 def _run_passes(trace: Trace, job, stage: str) -> list[Trace]:
     traces = []
     for fn, options, name in job.passes.get(stage, []) if job is not None else []:
@@ -72,6 +85,9 @@ def compile_function(
             split = split_forward_backward(prepared, job.executors if job is not None else ())
         except NotDifferentiable as reason:
             notes.append(f"autodiff: PyTorch autograd records the whole program ({reason})")
+            # Only torch ops are recorded by PyTorch autograd: other executors' kernels would
+            # silently drop gradients, so the torch executor runs everything here.
+            job = _torch_only(job)
         else:
             forward, backward = split.forward, split.backward
             extra = _run_passes(forward, job, "after_autodiff")
