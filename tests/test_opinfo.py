@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from opinfo_known_failures import KNOWN_FORWARD_FAILURES, KNOWN_GRADIENT_FAILURES
-from opinfo_support import (
+
+import thunder_core
+from thunder_core.testing.opinfo import (
     assert_same,
     check_grads,
     draws_random_numbers,
@@ -18,8 +20,6 @@ from opinfo_support import (
     run_decomposed,
     sample_cases,
 )
-
-import thunder_core
 
 REQUIRED_PASS_RATE = 0.95
 REQUIRED_GRADIENT_PASS_RATE = 0.90

@@ -13,7 +13,7 @@ from torch import nn
 
 import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
-from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
+from thunder_core.executors.base import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
 from thunder_core.explain import Explanation, explain
 from thunder_core.inspection import cache_info, last_backward_traces, last_traces
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
@@ -30,6 +30,7 @@ __all__ = [
     "FusionExecutor",
     "OperatorExecutor",
     "PluginError",
+    "RegionNotSupported",
     "Rejection",
     "explain",
     "CacheInfo",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from thunder_core.autodiff import kernel_decompositions as _kernel_decompositions  # noqa: F401
 from thunder_core.autodiff import prim_rules as _prim_rules  # noqa: F401  (registers prim rules)
 from thunder_core.autodiff import rules as _rules  # noqa: F401  (registers torch-level rules)
 from thunder_core.autodiff.fallback import fallback_rule

@@ -166,6 +166,10 @@ class Region:
         )
 
 
+class RegionNotSupported(Exception):
+    """Raised by ``compile_region``: this region goes back to the torch executor (message = why)."""
+
+
 class FusionExecutor(Executor):
     """Claims symbols, then fuses neighbouring claimed operations into compiled regions."""
 
@@ -176,6 +180,15 @@ class FusionExecutor(Executor):
         super().__init__(name, version=version)
         self.supported: dict[Symbol, Implementation] = {}
         self._region_counter = 0
+        self.given_back: dict[str, str] = {}  # output name -> why its region went to torch
+
+    def region_weight(self, region: list[BoundSymbol]) -> int:
+        """How much work a region holds, compared with ``min_region_size`` (default: its length)."""
+        return len(region)
+
+    def can_join(self, region: list[BoundSymbol], bsym: BoundSymbol) -> bool:
+        """Whether ``bsym`` may extend ``region``; False starts a new region at ``bsym``."""
+        return True
 
     def register_supported(self, symbol, *, checker: Checker | None = None) -> Symbol:
         resolved = resolve_symbol(symbol)

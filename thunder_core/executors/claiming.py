@@ -97,7 +97,15 @@ def assign_executors(trace: Trace, executors=None) -> Trace:
     result = trace.with_bound_symbols(claimed, None)
     for executor in others:
         if isinstance(executor, FusionExecutor):
+            executor.given_back.clear()
             result = executor.fusion_pass(result)
+            for decision in decisions:
+                names = [p.name for p in decision.bsym.flat_outputs()]
+                if decision.executor == executor.name and any(n in executor.given_back for n in names):
+                    decision.declined[executor.name] = executor.given_back[
+                        next(n for n in names if n in executor.given_back)
+                    ]
+                    decision.executor = torch_executor.NAME
     result.provenance = Provenance("assign_executors", time.perf_counter() - start)
     result.decisions = decisions
     return result

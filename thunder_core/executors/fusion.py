@@ -35,16 +35,29 @@ def fuse_regions(trace: Trace, executor) -> Trace:
     run: list[BoundSymbol] = []
     bsyms = trace.bound_symbols
 
+    def give_back(reason: str) -> None:
+        for b in run:
+            for p in b.flat_outputs():
+                executor.given_back[p.name] = reason
+        result.extend(torch_executor.claim(b) for b in run)
+
     def flush(position: int) -> None:
+        from thunder_core.executors.base import RegionNotSupported
+
         if not run:
             return
-        if len(run) < executor.min_region_size:
-            result.extend(torch_executor.claim(b) for b in run)
+        if executor.region_weight(run) < executor.min_region_size:
+            give_back(f"a region of {len(run)} op(s) is below {executor.name}'s min_region_size")
         else:
             region = _region(list(run), bsyms[position:], trace_outputs)
+            name = f"{executor.name}_fusion_{executor._region_counter + 1}"
+            try:
+                fn = executor.compile_region(region)
+            except RegionNotSupported as reason:
+                give_back(f"{executor.name} could not compile the region: {reason}")
+                run.clear()
+                return
             executor._region_counter += 1
-            name = f"{executor.name}_fusion_{executor._region_counter}"
-            fn = executor.compile_region(region)
             symbol = Symbol(name=name, impl=fn, printed_name=name)
             out = tuple(region.outputs)
             result.append(
@@ -54,6 +67,8 @@ def fuse_regions(trace: Trace, executor) -> Trace:
 
     for i, bsym in enumerate(bsyms):
         if bsym.executor == executor.name and bsym.impl is None:
+            if run and not executor.can_join(run, bsym):
+                flush(i)
             run.append(bsym)
         else:
             flush(i)

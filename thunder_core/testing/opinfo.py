@@ -1,6 +1,7 @@
 """Running PyTorch's OpInfo samples through thunder_core and comparing with eager.
 
-Shared by the core's OpInfo tests and the executor conformance kit.
+Shared by the core's OpInfo tests and the executor conformance kit. ``jit_options`` are
+passed to ``thunder_core.jit`` (e.g. ``{"executors": ["numba"]}``).
 """
 
 from __future__ import annotations
@@ -96,11 +97,12 @@ def assert_same(actual, expected):
     torch.testing.assert_close(actual, expected, equal_nan=True, atol=1e-5, rtol=1.3e-6)
 
 
-def run_case(case):
+def run_case(case, jit_options=None):
     """(result through thunder_core, eager result, captured trace)."""
     expected = case.fn(*clone_leaves(case.leaves))
-    jfn = thunder_core.jit(case.fn)
+    jfn = thunder_core.jit(case.fn, **(jit_options or {}))
     actual = jfn(*clone_leaves(case.leaves))
+    run_case.last = jfn
     return actual, expected, thunder_core.last_traces(jfn)[0]
 
 
@@ -150,10 +152,10 @@ def input_grads(fn, leaves, seed=0):
     return [torch.zeros_like(t) if g is None else g for g, t in zip(grads, wrt)]
 
 
-def check_grads(case):
+def check_grads(case, jit_options=None):
     """Compare thunder_core's input gradients with eager's; returns the jitted function."""
     expected = input_grads(case.fn, case.leaves)
-    jfn = thunder_core.jit(case.fn)
+    jfn = thunder_core.jit(case.fn, **(jit_options or {}))
     actual = input_grads(jfn, case.leaves)
     torch.testing.assert_close(actual, expected, equal_nan=True, atol=1e-4, rtol=1e-4)
     return jfn

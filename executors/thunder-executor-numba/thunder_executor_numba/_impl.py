@@ -1,0 +1,160 @@
+"""The Numba executor: claims elementwise ops and last-dim reductions on CPU, fuses them.
+
+Each region becomes one generated Numba kernel, written to a file in the cache folder so
+that Numba's own on-disk cache (``cache=True``) keeps the compiled code across processes,
+and kept in memory per region signature within a process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from thunder_core import FusionExecutor, RegionNotSupported, Rejection
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.tree import leaves
+from thunder_executor_numba.codegen import (
+    DTYPES,
+    PRELUDE,
+    SHAPE_ONLY,
+    SUPPORTED,
+    Unsupported,
+    analyze,
+    flatten_prims,
+    generate,
+)
+
+CACHE_DIR = Path(os.environ.get("THUNDER_NUMBA_CACHE_DIR", Path.home() / ".cache" / "thunder-executor-numba"))
+PARALLEL_THRESHOLD = 32768
+
+# Torch-level ops claimed when their decomposition is made of supported prims.
+TORCH_LEVEL = (
+    "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "log1p", "expm1", "sin", "cos", "tanh", "sigmoid",
+    "sqrt", "rsqrt", "reciprocal", "erf", "pow", "square", "maximum", "minimum", "where", "masked_fill", "clamp",
+    "relu", "gelu", "silu", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
+    "float", "double", "to", "type_as", "sum", "mean", "amax", "amin", "softmax", "log_softmax", "rms_norm",
+    "layer_norm", "rsub", "isnan",
+)  # fmt: skip
+PRIMS = tuple(f"prims.{name}" for name in sorted(SUPPORTED))
+
+
+def _prims_supported(bsym) -> bool:
+    if bsym.symbol.is_prim:
+        return bsym.symbol.name in SUPPORTED
+    return bool(bsym.subsymbols) and all(_prims_supported(s) for s in bsym.subsymbols)
+
+
+def _tensors_supported(bsym) -> bool | Rejection:
+    for x in leaves((bsym.args, bsym.kwargs, bsym.output)):
+        if isinstance(x, TensorProxy):
+            if x.device.type != "cpu":
+                return Rejection(
+                    f"numba runs CPU tensors here (got {x.device}); numba.cuda needs a CUDA device"
+                )
+            if x.dtype not in DTYPES:
+                return Rejection(f"numba kernels take float32, float64 and bool tensors (got {x.dtype})")
+            if x.numel() == 0:
+                return Rejection("empty tensor")
+    return True
+
+
+class NumbaExecutor(FusionExecutor):
+    default_priority = 10
+
+    def __init__(self):
+        import numba
+
+        super().__init__("numba", version=numba.__version__)
+        self._kernels: dict[str, object] = {}
+        for name in TORCH_LEVEL + PRIMS:
+            try:
+                self.register_supported(name)
+            except KeyError:  # an op this torch version lacks
+                continue
+
+    def check(self, bsym):
+        verdict = super().check(bsym)
+        if verdict is not True:
+            return verdict
+        supported = _tensors_supported(bsym)
+        if supported is not True:
+            return supported
+        if not _prims_supported(bsym):
+            return Rejection(
+                f"numba: the decomposition of {bsym.symbol.printed_name} uses prims it does not generate"
+            )
+        return True
+
+    def region_weight(self, region) -> int:
+        """Prims that compute something (shape-only prims cost nothing in a fused kernel)."""
+        try:
+            return sum(1 for b in flatten_prims(region) if b.symbol.name not in SHAPE_ONLY)
+        except Unsupported:
+            return 0
+
+    def can_join(self, region, bsym) -> bool:
+        try:
+            analyze([*region, bsym], [])
+        except Unsupported:
+            return False
+        except Exception:
+            return False
+        return True
+
+    def _load(self, source: str, name: str):
+        digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+        if digest in self._kernels:
+            return self._kernels[digest]
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        module_name = f"thunder_numba_{digest}"
+        path = CACHE_DIR / f"{module_name}.py"
+        if not path.exists():
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(source)
+            tmp.replace(path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        kernel = getattr(module, name)
+        self._kernels[digest] = kernel
+        return kernel
+
+    def compile_region(self, region):
+        numel = max((p.numel() for b in region.bound_symbols for p in b.flat_outputs()), default=0)
+        try:
+            kernel_source = generate(
+                region.bound_symbols,
+                region.inputs,
+                region.outputs,
+                parallel=numel >= PARALLEL_THRESHOLD,
+                name="kernel",
+            )
+        except Unsupported as reason:
+            raise RegionNotSupported(str(reason)) from reason
+        kernel = self._load(PRELUDE + kernel_source.source, "kernel")
+        return _runner(kernel, kernel_source)
+
+
+def _runner(kernel, spec):
+    """The callable the generated trace calls: tensors in, fresh output tensors out."""
+    inputs = spec.inputs
+    out_specs = [(tuple(p.shape), p.dtype) for p in spec.outputs]
+    scalar_inputs = [p.numel() == 1 for p in inputs]
+
+    def run(*tensors):
+        arrays = []
+        for t, scalar in zip(tensors, scalar_inputs):
+            t = t.detach()
+            arrays.append((t.reshape(1) if scalar else t.contiguous().view(-1)).numpy())
+        outputs = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in out_specs)
+        kernel(*arrays, *(o.view(-1).numpy() for o in outputs))
+        return outputs
+
+    run.source = spec.source
+    return run

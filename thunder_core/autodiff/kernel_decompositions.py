@@ -1,0 +1,73 @@
+"""Decompositions of the ATen backward kernels the VJP rules use.
+
+The torch executor runs the fused ATen kernel; a fusion executor can claim the
+decomposition instead and fuse it with its neighbours.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunder_core.autodiff import kernels as K
+from thunder_core.ops._helpers import NoDecomposition, canonical_dim, convert
+from thunder_core.ops.registry import TORCH_SYMBOLS as S
+
+
+def _softmax_backward(g, out, dim, input_dtype):
+    d = canonical_dim(dim, out.ndim)
+    dot = S["sum"](S["mul"](g, out), d, True)
+    return convert(S["mul"](S["sub"](g, dot), out), input_dtype)
+
+
+def _log_softmax_backward(g, out, dim, input_dtype):
+    d = canonical_dim(dim, out.ndim)
+    total = S["sum"](g, d, True)
+    return convert(S["sub"](g, S["mul"](S["exp"](out), total)), input_dtype)
+
+
+def _log_softmax(x, dim, half_to_float):
+    if half_to_float:
+        raise NoDecomposition
+    return S["log_softmax"](x, dim)
+
+
+def _gelu_backward(g, x, *, approximate="none"):
+    if approximate != "none":
+        raise NoDecomposition
+    cdf = S["mul"](S["add"](S["erf"](S["mul"](x, 1 / math.sqrt(2))), 1.0), 0.5)
+    pdf = S["mul"](S["exp"](S["mul"](S["mul"](x, x), -0.5)), 1 / math.sqrt(2 * math.pi))
+    return S["mul"](g, S["add"](cdf, S["mul"](x, pdf)))
+
+
+def _silu_backward(g, x):
+    s = S["sigmoid"](x)
+    return S["mul"](S["mul"](g, s), S["add"](S["mul"](x, S["rsub"](s, 1.0)), 1.0))
+
+
+def _tanh_backward(g, y):
+    return S["mul"](g, S["rsub"](S["mul"](y, y), 1.0))
+
+
+def _sigmoid_backward(g, y):
+    return S["mul"](S["mul"](g, y), S["rsub"](y, 1.0))
+
+
+def _threshold_backward(g, x, threshold):
+    if isinstance(threshold, torch.Tensor):
+        raise NoDecomposition
+    return S["where"](S["le"](x, threshold), 0.0, g)
+
+
+for _symbol, _decomposition in (
+    (K.softmax_backward, _softmax_backward),
+    (K.log_softmax_backward, _log_softmax_backward),
+    (K.log_softmax, _log_softmax),
+    (K.gelu_backward, _gelu_backward),
+    (K.silu_backward, _silu_backward),
+    (K.tanh_backward, _tanh_backward),
+    (K.sigmoid_backward, _sigmoid_backward),
+    (K.threshold_backward, _threshold_backward),
+):
+    _symbol.decomposition = _decomposition

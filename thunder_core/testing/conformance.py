@@ -1,0 +1,87 @@
+"""The conformance kit: PyTorch's OpInfo checks run against one named executor.
+
+In an executor package's tests::
+
+    from thunder_core.testing.conformance import conformance_tests
+
+    test_forward, test_gradients = conformance_tests("numba")
+
+Each becomes one pytest test per OpInfo whose samples the executor claims at least one
+operation of: the output (and the input gradients) through ``jit(executors=[name])`` must
+match eager PyTorch. OpInfos the executor claims nothing of are skipped with that reason,
+so a run says exactly what the executor covers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder_core
+from thunder_core.testing.opinfo import (
+    assert_same,
+    check_grads,
+    draws_random_numbers,
+    grad_cases,
+    is_deterministic,
+    op_db,
+    opinfo_id,
+    run_case,
+    sample_cases,
+)
+
+
+def _claimed(jfn, executor: str) -> bool:
+    return any(report.executor == executor for report in thunder_core.explain(jfn).operations)
+
+
+def _opinfos():
+    return [o for o in op_db() if not draws_random_numbers(o)]
+
+
+def check_forward(opinfo, executor: str, dtype=torch.float32) -> bool:
+    """True if ``executor`` claimed something; raises if a result differs from eager."""
+    claimed = False
+    options = {"executors": [executor]}
+    for case in sample_cases(opinfo, dtype=dtype):
+        if not is_deterministic(case):
+            continue
+        try:
+            actual, expected, _ = run_case(case, options)
+        except thunder_core.DataDependentError:
+            return False
+        if _claimed(run_case.last, executor):
+            claimed = True
+            assert_same(actual, expected)
+    return claimed
+
+
+def check_gradients(opinfo, executor: str) -> bool:
+    if not opinfo.supports_autograd:
+        return False
+    claimed = False
+    for case in grad_cases(opinfo):
+        try:
+            jfn = check_grads(case, {"executors": [executor]})
+        except thunder_core.DataDependentError:
+            return False
+        claimed |= _claimed(jfn, executor)
+    return claimed
+
+
+def conformance_tests(executor: str):
+    """Two pytest test functions (forward, gradients), parametrized over the OpInfo database."""
+    opinfos = _opinfos()
+    ids = [opinfo_id(o) for o in opinfos]
+
+    @pytest.mark.parametrize("opinfo", opinfos, ids=ids)
+    def test_forward(opinfo):
+        if not check_forward(opinfo, executor):
+            pytest.skip(f"{executor} claims no operation of {opinfo_id(opinfo)}")
+
+    @pytest.mark.parametrize("opinfo", opinfos, ids=ids)
+    def test_gradients(opinfo):
+        if not check_gradients(opinfo, executor):
+            pytest.skip(f"{executor} claims no operation of {opinfo_id(opinfo)}'s training trace")
+
+    return test_forward, test_gradients
