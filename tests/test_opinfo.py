@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from opinfo_known_failures import KNOWN_FORWARD_FAILURES, KNOWN_GRADIENT_FAILURES
 
 import thunder_core
+from thunder_core.testing.known_failures import KNOWN_FORWARD_FAILURES, KNOWN_GRADIENT_FAILURES
 from thunder_core.testing.opinfo import (
     assert_same,
     check_grads,

@@ -203,8 +203,12 @@ class FusionExecutor(Executor):
         """Compile one region into a callable taking ``region.inputs`` and returning ``region.outputs``."""
         raise NotImplementedError
 
-    def fusion_pass(self, trace: Trace) -> Trace:
-        """Replace each maximal run of this executor's claimed bound symbols by one fused call."""
+    def fusion_pass(self, trace: Trace, options: dict | None = None) -> Trace:
+        """Replace each maximal run of this executor's claimed bound symbols by one fused call.
+
+        ``options`` are this executor's per-job options; ``min_region_size`` among them
+        overrides the class default.
+        """
         from thunder_core.executors.fusion import fuse_regions
 
-        return fuse_regions(trace, self)
+        return fuse_regions(trace, self, (options or {}).get("min_region_size", self.min_region_size))

@@ -81,7 +81,7 @@ def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list) 
     decisions.append(Decision(out[-1], fallback.name, declined))
 
 
-def assign_executors(trace: Trace, executors=None) -> Trace:
+def assign_executors(trace: Trace, executors=None, options: dict | None = None) -> Trace:
     """Claim every bound symbol; the decisions are kept on the returned trace (``trace.decisions``)."""
     start = time.perf_counter()
     executors = list(executors) if executors is not None else [torch_executor.executor]
@@ -98,7 +98,7 @@ def assign_executors(trace: Trace, executors=None) -> Trace:
     for executor in others:
         if isinstance(executor, FusionExecutor):
             executor.given_back.clear()
-            result = executor.fusion_pass(result)
+            result = executor.fusion_pass(result, (options or {}).get(executor.name, {}))
             for decision in decisions:
                 names = [p.name for p in decision.bsym.flat_outputs()]
                 if decision.executor == executor.name and any(n in executor.given_back for n in names):

@@ -29,7 +29,8 @@ def _region(bsyms: list[BoundSymbol], later: list[BoundSymbol], trace_outputs: s
     return Region(bsyms, inputs, outputs)
 
 
-def fuse_regions(trace: Trace, executor) -> Trace:
+def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> Trace:
+    minimum = executor.min_region_size if min_region_size is None else min_region_size
     trace_outputs = {x.name for x in leaves(trace.output) if isinstance(x, PROXY_TYPES)}
     result: list[BoundSymbol] = []
     run: list[BoundSymbol] = []
@@ -46,8 +47,8 @@ def fuse_regions(trace: Trace, executor) -> Trace:
 
         if not run:
             return
-        if executor.region_weight(run) < executor.min_region_size:
-            give_back(f"a region of {len(run)} op(s) is below {executor.name}'s min_region_size")
+        if executor.region_weight(run) < minimum:
+            give_back(f"a region of {len(run)} op(s) is below {executor.name}'s min_region_size ({minimum})")
         else:
             region = _region(list(run), bsyms[position:], trace_outputs)
             name = f"{executor.name}_fusion_{executor._region_counter + 1}"

@@ -57,8 +57,9 @@ def _run_passes(trace: Trace, job, stage: str) -> list[Trace]:
 
 def _lower(trace: Trace, job) -> list[Trace]:
     executors = job.executors if job is not None else None
+    options = job.executor_options if job is not None else None
     traces = [dce(trace)]
-    traces.append(assign_executors(traces[-1], executors))
+    traces.append(assign_executors(traces[-1], executors, options))
     traces += _run_passes(traces[-1], job, "after_executors")
     traces.append(delete_last_used(traces[-1]))
     traces[-1].decisions = traces[1].decisions

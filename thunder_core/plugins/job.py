@@ -17,6 +17,7 @@ class Job:
     passes: dict[str, list] = field(default_factory=dict)  # stage -> [(fn, options, plugin name)]
     not_used: dict[str, str] = field(default_factory=dict)  # executor name -> why it is not in the list
     config: JobConfig | None = None
+    executor_options: dict[str, dict] = field(default_factory=dict)  # executor name -> validated options
 
     @property
     def executor_names(self) -> list[str]:
@@ -111,6 +112,9 @@ def build_job(config: JobConfig) -> Job:
         if name in config.disabled:
             continue
         plugin_infos.append(manager.require(name))
+    for info in loaded:
+        for executor in info.executors:
+            job.executor_options[executor.name] = _options_for(info, config)
     for info in [*loaded, *plugin_infos]:
         options = _options_for(info, config)
         for stage, fn, pass_name in info.passes:

@@ -354,7 +354,7 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
         lines.append("            i = base + c")
         emitted = set(row_emitted)
         body_indent = "            "
-        for b, n, acc in accumulators:
+        for b, _n, acc in accumulators:
             v = operand(b.args[0], b.args[0].dtype, emitted, lines, body_indent)
             _, update = REDUCTIONS[b.symbol.name]
             lines.append(f"{body_indent}{update.format(acc=acc, v=v)}")
@@ -364,7 +364,7 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
                 lines.append(f"{body_indent}out{k}[i] = {v}")
         if lines[-1].endswith("i = base + c"):
             lines.append(f"{body_indent}pass")
-        for b, n, acc in accumulators:
+        for _b, n, acc in accumulators:
             lines.append(f"        v_{n} = {acc}")
             row_emitted.add(n)
     emit_rows(last_pass + 1)

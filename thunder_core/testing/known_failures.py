@@ -1,7 +1,7 @@
 """The OpInfos that thunder_core does not yet run like eager (float32, CPU), with why.
 
-One shrinking list: tests/test_opinfo.py fails if an op here starts passing (remove it)
-or if an op not here fails.
+One shrinking list: tests/test_opinfo.py fails if an op here starts passing (remove it
+from the list) or if an op not here fails. The conformance kit skips these for executors.
 """
 
 KNOWN_FORWARD_FAILURES = {
