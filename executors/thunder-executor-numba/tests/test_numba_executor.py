@@ -1,0 +1,115 @@
+"""The numba executor: what it fuses, how it caches, and that results match eager."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import thunder_core
+
+
+def _fused(jfn):
+    return [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "numba"]
+
+
+def chain(x, w, b):
+    return F.gelu(x * w + b) * 0.5 + x
+
+
+def test_elementwise_chain_is_one_flat_parallel_kernel():
+    x, w, b = (torch.randn(1 << 16) for _ in range(3))
+    jfn = thunder_core.jit(chain, executors=["numba"])
+    torch.testing.assert_close(jfn(x, w, b), chain(x, w, b))
+    (region,) = _fused(jfn)
+    assert "numba.prange(65536)" in region.impl.source and "erf32(" in region.impl.source
+
+
+def rms_norm(x, w):
+    xf = x.float()
+    return xf * torch.rsqrt(torch.mean(xf * xf, dim=-1, keepdim=True) + 1e-5) * w
+
+
+def test_row_reductions_fuse_into_multi_pass_row_kernels():
+    x, w = torch.randn(4, 64, 256), torch.randn(256)
+    for fn, args, passes in [
+        (rms_norm, (x, w), 2),
+        (lambda x: x.softmax(-1), (x,), 3),
+        (lambda x, w, b: F.layer_norm(x, (256,), w, b), (x, w, torch.randn(256)), 3),
+    ]:
+        jfn = thunder_core.jit(fn, executors=["numba"])
+        torch.testing.assert_close(jfn(*args), fn(*args))
+        (region,) = _fused(jfn)
+        assert region.impl.source.count("for c in range(256)") == passes
+
+
+def test_training_backward_fuses_too_and_matches_eager():
+    x = torch.randn(8, 128, requires_grad=True)
+    w = torch.randn(128, requires_grad=True)
+
+    def loss(x, w):
+        return (F.silu(rms_norm(x, w)) * x).softmax(-1).sum()
+
+    jfn = thunder_core.jit(loss, executors=["numba"])
+    (gx, gw) = torch.autograd.grad(jfn(x, w), (x, w))
+    (ex, ew) = torch.autograd.grad(loss(x, w), (x, w))
+    torch.testing.assert_close((gx, gw), (ex, ew))
+    backward = thunder_core.last_backward_traces(jfn)[-1]
+    assert any(b.executor == "numba" for b in backward.bound_symbols)
+
+
+def test_each_region_signature_compiles_once():
+    jfn = thunder_core.jit(chain, executors=["numba"])
+    x, w, b = (torch.randn(1000) for _ in range(3))
+    jfn(x, w, b)
+    executor = thunder_core.plugins.manager.plugin_manager().plugins["numba"].executors[0]
+    kernels = len(executor._kernels)
+    other = thunder_core.jit(lambda x, w, b: chain(x, w, b), executors=["numba"])  # same region
+    torch.testing.assert_close(other(x, w, b), chain(x, w, b))
+    assert len(executor._kernels) == kernels
+
+
+def test_declines_what_it_does_not_generate_with_reasons():
+    jfn = thunder_core.jit(lambda a, b: (a + b) * 2, executors=["numba"])
+    a = torch.arange(6)
+    torch.testing.assert_close(jfn(a, a), (a + a) * 2)
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.add")
+    assert report.executor == "torch"
+    assert "float32, float64 and bool" in report.declined["numba"]
+
+
+def test_regions_that_do_not_fit_go_back_to_torch():
+    def fn(x, y):  # a reduction over a leading dim does not fuse with the rest
+        return (x * 2).sum(0) + y
+
+    x, y = torch.randn(16, 8), torch.randn(8)
+    jfn = thunder_core.jit(fn, executors=["numba"])
+    torch.testing.assert_close(jfn(x, y), fn(x, y))
+
+
+def test_litgpt_training_step_matches_eager():
+    from litgpt.config import Config
+    from litgpt.model import GPT
+
+    config = Config(
+        name="numba-test", block_size=32, vocab_size=128, padded_vocab_size=128, n_layer=2, n_head=4,
+        n_query_groups=4, n_embd=64, intermediate_size=128, bias=False, norm_class_name="RMSNorm",
+        mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(config)
+    idx = torch.randint(0, 128, (2, 17))
+
+    def loss(m):
+        logits = m(idx[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+
+    expected = loss(model)
+    expected.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    jmodel = thunder_core.jit(model, executors=["numba"])
+    actual = loss(jmodel)
+    actual.backward()
+    torch.testing.assert_close(actual, expected)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], rtol=1e-4, atol=1e-5, msg=n)
