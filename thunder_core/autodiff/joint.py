@@ -67,7 +67,7 @@ def requires_autodiff(trace: Trace) -> bool:
 
 class _Replay:
     def __init__(self, namer: Namer, executors=()):
-        self.executors = [e for e in executors if hasattr(e, "implementations")]
+        self.executors = list(executors)
         self.recorder = Recorder(namer, top_level=False)
         self.renamed: dict[int, object] = {}
         self.steps: list[tuple[object, object]] = []
@@ -91,8 +91,8 @@ class _Replay:
     def _executor_rule(self, bsym: BoundSymbol):
         """An executor that will claim ``bsym`` may bring its own VJP rule (``grad=``)."""
         for executor in self.executors:
-            impl = executor.implementations.get(bsym.symbol)
-            if impl is not None and executor.check(bsym) is True:
+            impl = executor.implementation_for(bsym.symbol)
+            if impl is not None and impl.grad is not None and executor.check(bsym) is True:
                 return impl.grad
         return None
 

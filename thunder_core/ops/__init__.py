@@ -14,6 +14,7 @@ from thunder_core.ops import (  # noqa: F401  (imported to register their symbol
     reductions,
     shapes,
 )
+from thunder_core.ops._helpers import new_proxy
 from thunder_core.ops.registry import TORCH_SYMBOLS, register_torch_op, torch_path
 
-__all__ = ["TORCH_SYMBOLS", "prims", "register_torch_op", "torch_path"]
+__all__ = ["TORCH_SYMBOLS", "new_proxy", "prims", "register_torch_op", "torch_path"]

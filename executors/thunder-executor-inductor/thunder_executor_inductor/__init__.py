@@ -1,0 +1,45 @@
+"""thunder-executor-inductor: the light module thunder-core imports to probe it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+
+from thunder_core.plugins import Availability, hookimpl
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@hookimpl
+def thunder_core_probe() -> Availability:
+    if importlib.util.find_spec("torch._inductor") is None:
+        return Availability.missing("torch._inductor not found in this torch build", "pip install 'torch>=2.5'")
+    compiler = _compiler()
+    if compiler is None:
+        return Availability.missing(
+            "no C++ compiler found (CXX, g++, c++, clang++)", "install one, e.g. apt-get install g++"
+        )
+    try:
+        subprocess.run([compiler, "--version"], capture_output=True, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as error:
+        return Availability.missing(f"the C++ compiler {compiler} does not run: {error}", "fix or reinstall it")
+    return Availability.ok()
+
+
+@hookimpl
+def thunder_core_declare_options(declare) -> None:
+    declare("min_region_size", int, 4, "smallest number of operations worth a compiled region")
+
+
+@hookimpl
+def thunder_core_register_executor(register) -> None:
+    from thunder_executor_inductor._impl import InductorExecutor
+
+    register(InductorExecutor())
