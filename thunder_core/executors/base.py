@@ -190,7 +190,9 @@ class FusionExecutor(Executor):
         """Whether ``bsym`` may extend ``region``; False starts a new region at ``bsym``."""
         return True
 
-    def register_supported(self, symbol, *, checker: Checker | None = None, grad: Callable | None = None) -> Symbol:
+    def register_supported(
+        self, symbol, *, checker: Checker | None = None, grad: Callable | None = None
+    ) -> Symbol:
         """Claim ``symbol`` when ``checker`` accepts; ``grad`` as in ``register_implementation``."""
         resolved = resolve_symbol(symbol)
         self.supported[resolved] = Implementation(fn=resolved.impl, checker=checker, grad=grad)

@@ -14,6 +14,8 @@ so a run says exactly what the executor covers.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -37,8 +39,25 @@ def _claimed(jfn, executor: str) -> bool:
     return any(report.executor == executor for report in thunder_core.explain(jfn).operations)
 
 
-def _opinfos():
-    return [o for o in op_db() if not draws_random_numbers(o)]
+#: OpInfos of the ops transformer models are made of: a quick selection for executors whose
+#: every claimed region is an expensive compile (``conformance_tests(..., ops=TRANSFORMER_OPS)``).
+TRANSFORMER_OPS = (
+    "add", "sub", "mul", "div.no_rounding_mode", "neg", "exp", "log", "rsqrt", "sqrt", "tanh", "sigmoid",
+    "pow", "where", "masked_fill", "clamp", "sum", "mean", "var", "amax", "softmax", "log_softmax",
+    "nn.functional.gelu", "nn.functional.silu", "nn.functional.relu", "nn.functional.layer_norm",
+    "nn.functional.rms_norm", "nn.functional.cross_entropy", "cat", "stack", "split", "chunk", "narrow",
+    "transpose", "permute", "reshape", "view", "unsqueeze", "squeeze", "flatten", "expand", "tril", "triu",
+    "cumsum", "gather", "index_select", "repeat_interleave", "to", "float", "erf", "maximum", "minimum",
+)  # fmt: skip
+
+
+def _opinfos(ops=None):
+    """All non-random OpInfos, or those named in ``ops``; ``THUNDER_CONFORMANCE=full`` forces all."""
+    selected = [o for o in op_db() if not draws_random_numbers(o)]
+    if ops is not None and os.environ.get("THUNDER_CONFORMANCE") != "full":
+        wanted = set(ops)
+        selected = [o for o in selected if opinfo_id(o) in wanted]
+    return selected
 
 
 def check_forward(opinfo, executor: str, dtype=torch.float32, options: dict | None = None) -> bool:
@@ -75,13 +94,14 @@ def check_gradients(opinfo, executor: str, options: dict | None = None) -> bool:
     return claimed
 
 
-def conformance_tests(executor: str, options: dict | None = None):
+def conformance_tests(executor: str, options: dict | None = None, ops=None):
     """Two pytest test functions (forward, gradients), parametrized over the OpInfo database.
 
     ``options`` are passed as ``jit(options=...)``, e.g. ``{"numba": {"min_region_size": 1}}``
-    so that single operations are handed to a fusion executor too.
+    so that single operations are handed to a fusion executor too. ``ops`` limits the sweep
+    to those OpInfo names (e.g. ``TRANSFORMER_OPS``) unless ``THUNDER_CONFORMANCE=full``.
     """
-    opinfos = _opinfos()
+    opinfos = _opinfos(ops)
     ids = [opinfo_id(o) for o in opinfos]
 
     @pytest.mark.parametrize("opinfo", opinfos, ids=ids)

@@ -1,8 +1,12 @@
 """PyTorch's OpInfo checks against the inductor executor, through the core's conformance kit.
 
-``min_region_size=1`` hands even single operations to Inductor, so every op it claims is checked.
+Every claimed region is a real torch.compile (about 2 s), so CI checks the OpInfos of the ops
+transformer models use; ``THUNDER_CONFORMANCE=full pytest ...`` runs the whole database.
+``min_region_size=1`` hands even single operations to Inductor.
 """
 
-from thunder_core.testing.conformance import conformance_tests
+from thunder_core.testing.conformance import TRANSFORMER_OPS, conformance_tests
 
-test_forward, test_gradients = conformance_tests("inductor", options={"inductor": {"min_region_size": 1}})
+test_forward, test_gradients = conformance_tests(
+    "inductor", options={"inductor": {"min_region_size": 1}}, ops=TRANSFORMER_OPS
+)

@@ -20,7 +20,9 @@ def _compiler() -> str | None:
 @hookimpl
 def thunder_core_probe() -> Availability:
     if importlib.util.find_spec("torch._inductor") is None:
-        return Availability.missing("torch._inductor not found in this torch build", "pip install 'torch>=2.5'")
+        return Availability.missing(
+            "torch._inductor not found in this torch build", "pip install 'torch>=2.5'"
+        )
     compiler = _compiler()
     if compiler is None:
         return Availability.missing(
@@ -29,7 +31,9 @@ def thunder_core_probe() -> Availability:
     try:
         subprocess.run([compiler, "--version"], capture_output=True, check=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as error:
-        return Availability.missing(f"the C++ compiler {compiler} does not run: {error}", "fix or reinstall it")
+        return Availability.missing(
+            f"the C++ compiler {compiler} does not run: {error}", "fix or reinstall it"
+        )
     return Availability.ok()
 
 
