@@ -19,7 +19,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-BACKENDS = ("eager", "torch.compile", "thunder_core")
+BACKENDS = (
+    "eager",
+    "torch.compile",
+    "thunder_core",
+    "thunder_core[numba]",
+    "thunder_core[inductor]",
+    "thunder_core[numba+inductor]",
+    "thunder_core[inductor+numba]",
+)
 BATCH, LENGTH = 4, 256
 
 
@@ -46,10 +54,11 @@ def measure(backend: str, steps: int, what: str) -> dict:
     inputs, targets = idx[:, :-1], idx[:, 1:].reshape(-1)
     if backend == "torch.compile":
         model = torch.compile(model)
-    elif backend == "thunder_core":
+    elif backend.startswith("thunder_core"):
         import thunder_core
 
-        model = thunder_core.jit(model)
+        executors = backend.removeprefix("thunder_core").strip("[]")
+        model = thunder_core.jit(model, executors=executors.split("+") if executors else [])
 
     def step():
         for p in model.parameters():
@@ -69,31 +78,74 @@ def measure(backend: str, steps: int, what: str) -> dict:
     return {"backend": backend, "first_call_s": first_call, "step_s": step_time, "loss": loss}
 
 
+def matmul_floor() -> dict:
+    """The step's FLOPs and this machine's GEMM throughput (2048^3 matmul), hence the floor."""
+    import torch
+    from measure import median_seconds
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = build_model()
+    idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        logits = model(idx[:, :-1])
+        torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1)
+        ).backward()
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    gemm = 2 * 2048**3 / median_seconds(lambda: a @ b, repeats=10)
+    flops = counter.get_total_flops()
+    return {"flops": flops, "gemm_flops_per_s": gemm, "floor_s": flops / gemm}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=BACKENDS, help="measure one backend in this process (internal)")
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--what", choices=("time", "memory"), default="time", help="(internal)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every backend")
+    parser.add_argument("--what", choices=("time", "memory", "floor"), default="time", help="(internal)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset to run")
     args = parser.parse_args()
+    if args.what == "floor":
+        print(json.dumps(matmul_floor()))
+        return
     if args.backend:
         print(json.dumps(measure(args.backend, args.steps, args.what)))
         return
 
+    import statistics
+
     from measure import run_isolated
 
+    backends = [b for b in args.backends.split(",") if b]
+    floor = run_isolated(__file__, "--what", "floor")
+    runs: dict[str, list[dict]] = {b: [] for b in backends}
+    for _ in range(args.rounds):  # interleaved, so that machine noise hits every backend alike
+        for b in backends:
+            runs[b].append(run_isolated(__file__, "--backend", b, "--steps", str(args.steps)))
     results = {}
-    for b in BACKENDS:
-        results[b] = run_isolated(__file__, "--backend", b, "--steps", str(args.steps))
+    for b in backends:
+        results[b] = {
+            "step_s": statistics.median(r["step_s"] for r in runs[b]),
+            "first_call_s": statistics.median(r["first_call_s"] for r in runs[b]),
+            "loss": runs[b][0]["loss"],
+        }
         results[b].update(run_isolated(__file__, "--backend", b, "--what", "memory", for_memory=True))
     eager = results["eager"]
-    print(f"litgpt 4-layer training step, batch {BATCH} x {LENGTH} tokens, CPU, median of {args.steps} steps")
     print(
-        f"{'backend':15s} {'step ms':>9s} {'vs eager':>9s} {'first call s':>13s} {'peak MB':>9s} {'vs eager':>9s}"
+        f"litgpt 4-layer training step, batch {BATCH} x {LENGTH} tokens, CPU; step = median over "
+        f"{args.rounds} interleaved rounds of the median of {args.steps} steps"
+    )
+    print(
+        f"matmul floor: {floor['flops'] / 1e9:.1f} GFLOP at {floor['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s "
+        f"(2048^3 GEMM) = {floor['floor_s'] * 1e3:.0f} ms"
+    )
+    print(
+        f"{'backend':30s} {'step ms':>8s} {'vs eager':>9s} {'vs floor':>9s} {'first call s':>13s} {'peak MB':>8s}"
     )
     for name, r in results.items():
         print(
-            f"{name:15s} {r['step_s'] * 1e3:9.1f} {r['step_s'] / eager['step_s']:8.2f}x {r['first_call_s']:13.2f} "
-            f"{r['peak_bytes'] / 2**20:9.1f} {r['peak_bytes'] / eager['peak_bytes']:8.2f}x"
+            f"{name:30s} {r['step_s'] * 1e3:8.1f} {r['step_s'] / eager['step_s']:8.2f}x "
+            f"{r['step_s'] / floor['floor_s']:8.2f}x {r['first_call_s']:13.2f} {r['peak_bytes'] / 2**20:8.1f}"
         )
     losses = {name: round(r["loss"], 5) for name, r in results.items()}
     print(f"first-step losses: {losses}")

@@ -44,7 +44,7 @@ def _signature(region) -> tuple:
 
 
 class InductorExecutor(FusionExecutor):
-    default_priority = 5
+    default_priority = 10
     min_region_size = 4
 
     def __init__(self):

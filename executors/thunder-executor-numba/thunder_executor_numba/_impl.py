@@ -64,7 +64,7 @@ def _tensors_supported(bsym) -> bool | Rejection:
 
 
 class NumbaExecutor(FusionExecutor):
-    default_priority = 10
+    default_priority = 5
 
     def __init__(self):
         import numba
