@@ -1,0 +1,85 @@
+"""thunder-executor-cudnn: probe, checker logic on proxies, and (on a GPU) results against eager CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from thunder_executor_cudnn import problems
+from thunder_executor_cudnn.checks import sdpa_checker
+
+import thunder_core
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.plugins.manager import plugin_manager
+
+PROBLEMS = problems()
+
+
+def proxy(name, shape, dtype=torch.bfloat16, device="cuda"):
+    return TensorProxy(name, shape, dtype, device)
+
+
+def test_probe_states_every_missing_requirement_and_the_remedy():
+    info = plugin_manager().load(plugin_manager().plugins["cudnn"])
+    if not PROBLEMS:
+        assert info.status == "available"
+        return
+    assert info.status == "unavailable"
+    assert info.reason == "; ".join(PROBLEMS)
+    assert "pip install 'thunder-executor-cudnn[cudnn]'" in info.remedy and "8.0+" in info.remedy
+    # jit is unaffected: the executor is left out with its reason
+    jfn = thunder_core.jit(lambda a: a * 2)
+    torch.testing.assert_close(jfn(torch.ones(2)), torch.full((2,), 2.0))
+    assert thunder_core.explain(jfn).not_used["cudnn"].startswith("unavailable: ")
+
+
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        (dict(dtype=torch.float32), "float16 or bfloat16"),
+        (dict(head_dim=20), "multiple of 8"),
+        (dict(head_dim=192), "up to 128"),
+        (dict(capability=(7, 5)), "compute capability 8.0+"),
+        (dict(device="cpu"), "CUDA tensors"),
+        (dict(kv_heads=2), "as many key/value heads"),
+        (dict(mask=True), "not an explicit attn_mask"),
+        (dict(dropout=0.1), "dropout"),
+    ],
+)
+def test_checker_rejects_with_the_limit_it_hits(case, reason):
+    head_dim = case.get("head_dim", 64)
+    device, dtype = case.get("device", "cuda"), case.get("dtype", torch.bfloat16)
+    q = proxy("q", (2, 4, 128, head_dim), dtype, device)
+    kv = (2, case.get("kv_heads", 4), 128, head_dim)
+    k, v = proxy("k", kv, dtype, device), proxy("v", kv, dtype, device)
+    mask = proxy("m", (128, 128), torch.bool, device) if case.get("mask") else None
+    verdict = sdpa_checker(case.get("capability", (8, 0)))(q, k, v, mask, case.get("dropout", 0.0), True)
+    assert verdict is not True and reason in str(verdict)
+
+
+def test_checker_accepts_supported_calls_and_hopper_head_dims():
+    q, k, v = (proxy(n, (2, 8, 256, 64)) for n in "qkv")
+    assert sdpa_checker((8, 0))(q, k, v, None, 0.0, True) is True
+    big = [proxy(n, (1, 2, 64, 256), torch.float16) for n in "qkv"]
+    assert sdpa_checker((9, 0))(*big) is True
+    assert sdpa_checker((8, 6))(*big) is not True
+
+
+@pytest.mark.skipif(bool(PROBLEMS), reason="; ".join(PROBLEMS) or "available")
+def test_forward_and_backward_match_eager_cuda():
+    torch.manual_seed(0)
+    q, k, v = (
+        torch.randn(2, 8, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)
+    )
+
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    jfn = thunder_core.jit(attention, executors=["cudnn"])
+    out = jfn(q, k, v)
+    expected = attention(q, k, v)
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    expected_grads = torch.autograd.grad(expected, (q, k, v), g)
+    torch.testing.assert_close(grads, expected_grads, atol=5e-2, rtol=5e-2)
+    assert thunder_core.explain(jfn).for_symbol("cudnn_sdpa_forward")[0].executor == "cudnn"
