@@ -1,0 +1,69 @@
+"""thunder-executor-cupy: probe, kernel generation and checkers (pure logic), and GPU runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from thunder_executor_cupy import problems
+from thunder_executor_cupy.codegen import Unsupported, elementwise_kernel_spec
+
+import thunder_core
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.plugins.manager import plugin_manager
+
+PROBLEMS = problems()
+
+
+def test_probe_reports_what_is_missing():
+    info = plugin_manager().load(plugin_manager().plugins["cupy"])
+    if PROBLEMS:
+        assert info.status == "unavailable" and info.reason == "; ".join(PROBLEMS)
+        assert "pip install 'thunder-executor-cupy[cuda12]'" in info.remedy
+    else:
+        assert info.status == "available"
+
+
+def _region(fn, *args):
+    jfn = thunder_core.jit(fn, executors=[])
+    jfn(*args)
+    trace = thunder_core.last_traces(jfn)[0]
+    outputs = [p for p in trace.output] if isinstance(trace.output, tuple) else [trace.output]
+    return trace.bound_symbols, trace.inputs, outputs
+
+
+def test_elementwise_regions_become_one_cuda_c_body():
+    x, w = torch.randn(16), torch.randn(16)
+    in_params, out_params, body = elementwise_kernel_spec(
+        *_region(lambda x, w: torch.sigmoid(x * w + 1.0), x, w)
+    )
+    assert in_params == "float32 in0, float32 in1" and out_params == "float32 out0"
+    assert "(in0 * in1)" in body and "exp(-" in body and body.strip().endswith(";")
+    assert body.count("out0 =") == 1
+
+
+def test_shapes_that_do_not_match_are_refused():
+    with pytest.raises(Unsupported, match="shape"):
+        elementwise_kernel_spec(*_region(lambda x: x.sum(0) + 1, torch.randn(4, 4)))
+
+
+def test_softmax_checker_on_proxies():
+    from thunder_executor_cupy.codegen import SOFTMAX_SOURCE
+
+    assert "__global__ void thunder_softmax" in SOFTMAX_SOURCE
+    if PROBLEMS:
+        pytest.skip("; ".join(PROBLEMS))
+    from thunder_executor_cupy._impl import softmax_checker
+
+    x = TensorProxy("x", (8, 128), torch.float32, "cuda")
+    assert softmax_checker(x, -1) is True
+    assert "last dim" in str(softmax_checker(x, 0))
+
+
+@pytest.mark.skipif(bool(PROBLEMS), reason="; ".join(PROBLEMS) or "available")
+def test_fused_regions_and_softmax_match_eager_cuda():
+    def fn(x, w):
+        return (torch.nn.functional.gelu(x * w) + x).softmax(-1)
+
+    x, w = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
+    jfn = thunder_core.jit(fn, executors=["cupy", "cupy_softmax"])
+    torch.testing.assert_close(jfn(x, w), fn(x, w))

@@ -1,0 +1,44 @@
+"""thunder-executor-cupy: the light module thunder-core imports to probe it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+
+from thunder_core.plugins import Availability, hookimpl
+from thunder_core.plugins.probes import cuda_device
+
+REMEDY = "pip install 'thunder-executor-cupy[cuda12]' (CuPy for CUDA 12) on a machine with an NVIDIA GPU"
+
+
+def cupy_problem() -> str | None:
+    if importlib.util.find_spec("cupy") is None:
+        return "CuPy is not installed (no module 'cupy')"
+    names = [
+        d.metadata["Name"]
+        for d in importlib.metadata.distributions()
+        if (d.metadata["Name"] or "").startswith("cupy")
+    ]
+    if not names:
+        return "a module 'cupy' is there but no CuPy distribution provides it"
+    return None
+
+
+def problems() -> list[str]:
+    return [p for p in (cupy_problem(), cuda_device()) if p]
+
+
+@hookimpl
+def thunder_core_probe() -> Availability:
+    found = problems()
+    if found:
+        return Availability.missing("; ".join(found), REMEDY)
+    return Availability.ok()
+
+
+@hookimpl
+def thunder_core_register_executor(register) -> None:
+    from thunder_executor_cupy._impl import CupyExecutor, softmax_executor
+
+    register(CupyExecutor())
+    register(softmax_executor())

@@ -1,0 +1,145 @@
+"""From a region's prims to the CUDA C body of one CuPy ElementwiseKernel (pure logic).
+
+Regions here are same-shape elementwise computations (scalar constants allowed): every
+tensor of the region has the output's shape and is read at the same flat index ``i``.
+Half-precision inputs are computed in float (the decompositions already upcast).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunder_core.ir.proxies import TensorProxy
+
+C_TYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64", torch.bool: "bool"}
+C_NAMES = {torch.float32: "float", torch.float16: "float16", torch.float64: "double", torch.bool: "bool"}
+
+UNARY = {
+    "neg": "(-{a})",
+    "abs": "fabs({a})",
+    "exp": "exp({a})",
+    "log": "log({a})",
+    "log1p": "log1p({a})",
+    "expm1": "expm1({a})",
+    "sin": "sin({a})",
+    "cos": "cos({a})",
+    "tanh": "tanh({a})",
+    "erf": "erf({a})",
+    "sqrt": "sqrt({a})",
+    "rsqrt": "rsqrt({a})",
+    "reciprocal": "(1 / {a})",
+    "floor": "floor({a})",
+    "ceil": "ceil({a})",
+    "trunc": "trunc({a})",
+    "sigmoid": "(1 / (1 + exp(-{a})))",
+    "logical_not": "(!{a})",
+}
+BINARY = {
+    "add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "div": "({a} / {b})",
+    "pow": "pow({a}, {b})", "maximum": "max({a}, {b})", "minimum": "min({a}, {b})", "eq": "({a} == {b})",
+    "ne": "({a} != {b})", "lt": "({a} < {b})", "le": "({a} <= {b})", "gt": "({a} > {b})", "ge": "({a} >= {b})",
+    "bitwise_and": "({a} && {b})", "bitwise_or": "({a} || {b})",
+}  # fmt: skip
+SUPPORTED = (
+    set(UNARY) | set(BINARY) | {"where", "convert_element_type", "reshape", "squeeze", "broadcast_in_dim"}
+)
+
+
+class Unsupported(Exception):
+    pass
+
+
+def _prims(bsyms):
+    for b in bsyms:
+        if b.symbol.is_prim:
+            yield b
+        elif b.subsymbols:
+            yield from _prims(b.subsymbols)
+        else:
+            raise Unsupported(f"{b.symbol.printed_name} has no decomposition")
+
+
+def _literal(x) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "CUDART_NAN_F" if math.isnan(x) else ("CUDART_INF_F" if x > 0 else "-CUDART_INF_F")
+    return repr(float(x)) + "f" if isinstance(x, float) else repr(x)
+
+
+def elementwise_kernel_spec(bsyms, inputs, outputs) -> tuple[str, str, str]:
+    """(in_params, out_params, operation) for ``cupy.ElementwiseKernel``."""
+    prims = list(_prims(bsyms))
+    shape = tuple(outputs[0].shape)
+    for p in [*inputs, *outputs]:
+        if tuple(p.shape) != shape and p.numel() != 1:
+            raise Unsupported(f"{p.name} has shape {tuple(p.shape)}, not the region's {shape}")
+        if p.dtype not in C_TYPES:
+            raise Unsupported(f"dtype {p.dtype}")
+    names = {p.name: f"in{k}" for k, p in enumerate(inputs)}
+    lines = []
+    for b in prims:
+        op = b.symbol.name
+        if op not in SUPPORTED:
+            raise Unsupported(f"prims.{op}")
+        (out,) = b.flat_outputs()
+        if tuple(out.shape) != shape:
+            raise Unsupported(f"prims.{op} makes shape {tuple(out.shape)}")
+        args = [
+            names[a.name] if isinstance(a, TensorProxy) else _literal(a)
+            for a in b.args
+            if not isinstance(a, (tuple, list, torch.dtype))
+        ]
+        if op in ("reshape", "squeeze", "broadcast_in_dim"):
+            text = args[0]
+        elif op == "convert_element_type":
+            text = f"(({C_NAMES[out.dtype]}){args[0]})"
+        elif op == "where":
+            text = f"({args[0]} ? {args[1]} : {args[2]})"
+        elif op in BINARY:
+            text = BINARY[op].format(a=args[0], b=args[1])
+        else:
+            text = UNARY[op].format(a=args[0])
+        var = f"v_{out.name}"
+        lines.append(f"{C_NAMES[out.dtype]} {var} = {text};")
+        names[out.name] = var
+    for k, p in enumerate(outputs):
+        lines.append(f"out{k} = {names[p.name]};")
+    in_params = ", ".join(f"raw {C_TYPES[p.dtype]} in{k}" if p.numel() == 1 else f"{C_TYPES[p.dtype]} in{k}"
+                          for k, p in enumerate(inputs))  # fmt: skip
+    # scalar tensors are read as in{k}[0]
+    body = "\n".join(lines)
+    for k, p in enumerate(inputs):
+        if p.numel() == 1:
+            body = body.replace(f"in{k}", f"in{k}[0]")
+    out_params = ", ".join(f"{C_TYPES[p.dtype]} out{k}" for k, p in enumerate(outputs))
+    return in_params, out_params, body
+
+
+SOFTMAX_SOURCE = r"""
+extern "C" __global__ void thunder_softmax(const float* x, float* y, long long rows, long long cols) {
+    long long row = blockIdx.x;
+    if (row >= rows) return;
+    const float* in = x + row * cols;
+    float* out = y + row * cols;
+    __shared__ float shared[32];
+    float peak = -INFINITY;
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) peak = fmaxf(peak, in[c]);
+    for (int o = 16; o > 0; o /= 2) peak = fmaxf(peak, __shfl_xor_sync(0xffffffff, peak, o));
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = peak;
+    __syncthreads();
+    peak = -INFINITY;
+    for (int w = 0; w < (blockDim.x + 31) / 32; ++w) peak = fmaxf(peak, shared[w]);
+    __syncthreads();
+    float total = 0.f;
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) total += expf(in[c] - peak);
+    for (int o = 16; o > 0; o /= 2) total += __shfl_xor_sync(0xffffffff, total, o);
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = total;
+    __syncthreads();
+    total = 0.f;
+    for (int w = 0; w < (blockDim.x + 31) / 32; ++w) total += shared[w];
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) out[c] = expf(in[c] - peak) / total;
+}
+"""

@@ -1,0 +1,49 @@
+"""thunder-executor-te: probe, checker logic on proxies, and GPU runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from thunder_executor_te import problems
+from thunder_executor_te.checks import linear_checker
+
+import thunder_core
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.plugins.manager import plugin_manager
+
+PROBLEMS = problems()
+
+
+def test_probe_reports_what_is_missing():
+    info = plugin_manager().load(plugin_manager().plugins["te"])
+    if PROBLEMS:
+        assert info.status == "unavailable" and info.reason == "; ".join(PROBLEMS)
+        assert "8.9+ for FP8" in info.remedy
+    else:
+        assert info.status == "available"
+
+
+def proxy(shape, dtype=torch.bfloat16, device="cuda"):
+    return TensorProxy("t", shape, dtype, device)
+
+
+def test_checker_states_te_limits():
+    x, w = proxy((4, 128, 256)), proxy((512, 256))
+    assert linear_checker((9, 0), fp8=True)(x, w) is True
+    assert "compute capability 8.9+" in str(linear_checker((8, 0), fp8=True)(x, w))
+    assert linear_checker((8, 0), fp8=False)(x, w) is True
+    assert "divisible by 16" in str(linear_checker((9, 0), fp8=True)(x, proxy((500, 256))))
+    assert "flattened batch divisible by 8" in str(linear_checker((9, 0), fp8=True)(proxy((3, 5, 256)), w))
+    assert "CUDA tensors" in str(linear_checker((9, 0), fp8=True)(proxy((8, 256), device="cpu"), w))
+
+
+@pytest.mark.skipif(bool(PROBLEMS), reason="; ".join(PROBLEMS) or "available")
+def test_linear_matches_eager_cuda_within_fp8_tolerance():
+    torch.manual_seed(0)
+    x = torch.randn(32, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    jfn = thunder_core.jit(lambda x, w: torch.nn.functional.linear(x, w), executors=["te"])
+    out = jfn(x, w)
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, w), atol=0.5, rtol=0.1)
+    out.sum().backward()
+    assert w.grad is not None and w.grad.shape == w.shape

@@ -1,0 +1,58 @@
+"""TransformerEngine linear, forward and backward, with per-layer FP8 state.
+
+One ``te.Linear`` per weight tensor holds that layer's FP8 scaling state; its parameters are
+the user's own tensors (swapped into the module for the call), so gradients reach them.
+TE's autograd function runs the backward, through thunder_core's PyTorch-autograd fallback.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import transformer_engine.pytorch as te
+from transformer_engine.common.recipe import DelayedScaling, Format
+
+from thunder_core import OperatorExecutor
+from thunder_core.autodiff.fallback import fallback_rule
+from thunder_core.ir.symbols import Symbol
+from thunder_core.ops import TORCH_SYMBOLS
+from thunder_executor_te.checks import linear_checker
+
+RECIPE = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16, amax_compute_algo="max")
+_layers: weakref.WeakKeyDictionary[torch.Tensor, te.Linear] = weakref.WeakKeyDictionary()
+
+
+def _layer(weight: torch.Tensor, has_bias: bool) -> te.Linear:
+    layer = _layers.get(weight)
+    if layer is None:
+        out_features, in_features = weight.shape
+        layer = te.Linear(
+            in_features, out_features, bias=has_bias, params_dtype=weight.dtype, device=weight.device
+        )
+        _layers[weight] = layer
+    return layer
+
+
+def linear(x, weight, bias=None, *, fp8: bool = True):
+    layer = _layer(weight, bias is not None)
+    layer._parameters["weight"] = weight
+    if bias is not None:
+        layer._parameters["bias"] = bias
+    with te.fp8_autocast(enabled=fp8, fp8_recipe=RECIPE):
+        return layer(x)
+
+
+def build_executor(fp8: bool = True) -> OperatorExecutor:
+    executor = OperatorExecutor("te", version=te.__version__ if hasattr(te, "__version__") else None)
+    capability = torch.cuda.get_device_capability()
+    use_fp8 = fp8 and capability >= (8, 9)
+
+    def run(x, weight, bias=None):
+        return linear(x, weight, bias, fp8=use_fp8)
+
+    symbol = Symbol("te_linear", run, "te_linear")
+    executor.register_implementation(
+        TORCH_SYMBOLS["linear"], run, checker=linear_checker(capability, use_fp8), grad=fallback_rule(symbol)
+    )
+    return executor
