@@ -18,7 +18,8 @@ def proxy(name, shape, dtype=torch.bfloat16, device="cuda"):
     return TensorProxy(name, shape, dtype, device)
 
 
-def test_probe_states_every_missing_requirement_and_the_remedy():
+def test_probe_states_every_missing_requirement_and_the_remedy(monkeypatch):
+    monkeypatch.delenv("THUNDER_CORE_NO_AUTOLOAD", raising=False)  # the default selection, as users get it
     info = plugin_manager().load(plugin_manager().plugins["cudnn"])
     if not PROBLEMS:
         assert info.status == "available"
