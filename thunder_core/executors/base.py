@@ -157,6 +157,13 @@ class Region:
     inputs: list[Any] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)
 
+    def prims(self) -> list[BoundSymbol]:
+        """The region as prims: torch-level ops replaced by their decompositions, recursively.
+
+        Raises ``RegionNotSupported`` if an op has no decomposition.
+        """
+        return list(flatten_to_prims(self.bound_symbols))
+
     def as_trace(self, name: str) -> Trace:
         return Trace(
             inputs=self.inputs,
@@ -168,6 +175,17 @@ class Region:
 
 class RegionNotSupported(Exception):
     """Raised by ``compile_region``: this region goes back to the torch executor (message = why)."""
+
+
+def flatten_to_prims(bsyms):
+    """Yield the prims that ``bsyms`` decompose into; RegionNotSupported for an op without one."""
+    for b in bsyms:
+        if b.symbol.is_prim:
+            yield b
+        elif b.subsymbols:
+            yield from flatten_to_prims(b.subsymbols)
+        else:
+            raise RegionNotSupported(f"{b.symbol.printed_name} has no decomposition into prims")
 
 
 class FusionExecutor(Executor):

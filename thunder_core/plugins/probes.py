@@ -55,3 +55,11 @@ def cuda_device(min_capability: tuple[int, int] | None = None) -> str | None:
                 f"{min_capability[0]}.{min_capability[1]} or newer is needed"
             )
     return None
+
+
+def availability(problems, remedy: str):
+    """``Availability.ok()`` if every check passed (None), else missing with all problems and ``remedy``."""
+    from thunder_core.plugins.hookspecs import Availability
+
+    found = [p for p in problems if p]
+    return Availability.missing("; ".join(found), remedy) if found else Availability.ok()

@@ -37,10 +37,10 @@ class SampleCase:
     reference: object
 
 
-def sample_cases(opinfo, device="cpu", dtype=torch.float32, n=SAMPLES_PER_OP):
+def sample_cases(opinfo, device="cpu", dtype=torch.float32, n=SAMPLES_PER_OP, requires_grad=False):
     """The op's first samples as functions of their tensor leaves."""
     cases = []
-    for sample in opinfo.sample_inputs(device, dtype, requires_grad=False):
+    for sample in opinfo.sample_inputs(device, dtype, requires_grad=requires_grad):
         flat, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
         positions = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
 
@@ -116,22 +116,7 @@ def run_decomposed(trace, case):
 
 def grad_cases(opinfo, n=SAMPLES_PER_OP):
     """Like ``sample_cases`` but with inputs that require grad (float32, CPU)."""
-    cases = []
-    for sample in opinfo.sample_inputs("cpu", torch.float32, requires_grad=True):
-        flat, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
-        positions = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
-
-        def fn(*tensors, flat=flat, spec=spec, positions=positions):
-            values = list(flat)
-            for i, t in zip(positions, tensors):
-                values[i] = t
-            inp, args, kwargs = pytree.tree_unflatten(values, spec)
-            return opinfo.op(inp, *args, **kwargs)
-
-        cases.append(SampleCase(fn, [flat[i] for i in positions], None))
-        if len(cases) >= n:
-            break
-    return cases
+    return sample_cases(opinfo, n=n, requires_grad=True)
 
 
 def _fresh_leaves(leaves):

@@ -11,7 +11,7 @@ import importlib.metadata
 import importlib.util
 
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import cuda_device
+from thunder_core.plugins.probes import availability, cuda_device
 
 BUILD = (
     "build NVIDIA Apex from its source repository (NVIDIA/apex) with its CUDA extensions "
@@ -48,10 +48,7 @@ def problems() -> list[str]:
 
 @hookimpl
 def thunder_core_probe() -> Availability:
-    found = problems()
-    if found:
-        return Availability.missing("; ".join(found), BUILD + " on a machine with an NVIDIA GPU")
-    return Availability.ok()
+    return availability(problems(), BUILD + " on a machine with an NVIDIA GPU")
 
 
 @hookimpl

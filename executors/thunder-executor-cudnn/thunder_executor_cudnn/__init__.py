@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import cuda_device, library
+from thunder_core.plugins.probes import availability, cuda_device, library
 
 MIN_CAPABILITY = (8, 0)
 REMEDY = (
@@ -18,10 +18,7 @@ def problems() -> list[str]:
 
 @hookimpl
 def thunder_core_probe() -> Availability:
-    found = problems()
-    if found:
-        return Availability.missing("; ".join(found), REMEDY)
-    return Availability.ok()
+    return availability(problems(), REMEDY)
 
 
 @hookimpl

@@ -6,7 +6,7 @@ import importlib.metadata
 import importlib.util
 
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import cuda_device
+from thunder_core.plugins.probes import availability, cuda_device
 
 REMEDY = "pip install 'thunder-executor-cupy[cuda12]' (CuPy for CUDA 12) on a machine with an NVIDIA GPU"
 
@@ -30,10 +30,7 @@ def problems() -> list[str]:
 
 @hookimpl
 def thunder_core_probe() -> Availability:
-    found = problems()
-    if found:
-        return Availability.missing("; ".join(found), REMEDY)
-    return Availability.ok()
+    return availability(problems(), REMEDY)
 
 
 @hookimpl

@@ -19,7 +19,6 @@ from thunder_executor_cupy.codegen import (
     C_TYPES,
     SOFTMAX_SOURCE,
     SUPPORTED,
-    Unsupported,
     elementwise_kernel_spec,
 )
 
@@ -61,8 +60,8 @@ class CupyExecutor(FusionExecutor):
     def compile_region(self, region):
         try:
             spec = elementwise_kernel_spec(region.bound_symbols, region.inputs, region.outputs)
-        except Unsupported as reason:
-            raise RegionNotSupported(str(reason)) from reason
+        except RegionNotSupported:
+            raise
         kernel = _elementwise(*spec)
         outputs = [(tuple(p.shape), p.dtype) for p in region.outputs]
 

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from thunder_core.executors.base import RegionNotSupported, flatten_to_prims
 from thunder_core.ir.proxies import TensorProxy
 
 C_TYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64", torch.bool: "bool"}
@@ -47,18 +48,11 @@ SUPPORTED = (
 )
 
 
-class Unsupported(Exception):
+class Unsupported(RegionNotSupported):
     pass
 
 
-def _prims(bsyms):
-    for b in bsyms:
-        if b.symbol.is_prim:
-            yield b
-        elif b.subsymbols:
-            yield from _prims(b.subsymbols)
-        else:
-            raise Unsupported(f"{b.symbol.printed_name} has no decomposition")
+_prims = flatten_to_prims
 
 
 def _literal(x) -> str:

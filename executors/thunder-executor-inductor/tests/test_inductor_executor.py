@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import thunder_core
+from thunder_core.testing.models import check_litgpt_training
 
 
 def block(x, w):
@@ -40,28 +41,4 @@ def test_identical_regions_compile_once():
 
 
 def test_litgpt_training_step_matches_eager():
-    from litgpt.config import Config
-    from litgpt.model import GPT
-
-    config = Config(
-        name="inductor-test", block_size=32, vocab_size=128, padded_vocab_size=128, n_layer=2, n_head=4,
-        n_query_groups=4, n_embd=64, intermediate_size=128, bias=False, norm_class_name="RMSNorm",
-        mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT(config)
-    idx = torch.randint(0, 128, (2, 17))
-
-    def loss(m):
-        logits = m(idx[:, :-1])
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
-
-    expected = loss(model)
-    expected.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    actual = loss(thunder_core.jit(model, executors=["inductor"]))
-    actual.backward()
-    torch.testing.assert_close(actual, expected)
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, grads[n], rtol=1e-4, atol=1e-5, msg=n)
+    check_litgpt_training(["inductor"])

@@ -23,7 +23,6 @@ from thunder_executor_numba.codegen import (
     PRELUDE,
     SHAPE_ONLY,
     SUPPORTED,
-    Unsupported,
     analyze,
     flatten_prims,
     generate,
@@ -106,13 +105,13 @@ class NumbaExecutor(FusionExecutor):
         """Prims that compute something (shape-only prims cost nothing in a fused kernel)."""
         try:
             return sum(1 for b in flatten_prims(region) if b.symbol.name not in SHAPE_ONLY)
-        except Unsupported:
+        except RegionNotSupported:
             return 0
 
     def can_join(self, region, bsym) -> bool:
         try:
             analyze([*region, bsym], [])
-        except Unsupported:
+        except RegionNotSupported:
             return False
         except Exception:
             return False
@@ -147,8 +146,8 @@ class NumbaExecutor(FusionExecutor):
                 parallel=numel >= PARALLEL_THRESHOLD,
                 name="kernel",
             )
-        except Unsupported as reason:
-            raise RegionNotSupported(str(reason)) from reason
+        except RegionNotSupported:
+            raise
         kernel = self._load(PRELUDE + kernel_source.source, "kernel")
         return _runner(kernel, kernel_source)
 

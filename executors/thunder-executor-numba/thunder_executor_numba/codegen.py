@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from thunder_core.executors.base import RegionNotSupported, flatten_to_prims
 from thunder_core.ir.proxies import TensorProxy
 
 FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
@@ -81,18 +82,11 @@ SUPPORTED = (
 )
 
 
-class Unsupported(Exception):
+class Unsupported(RegionNotSupported):
     """This region cannot be one Numba kernel (the reason is the message)."""
 
 
-def flatten_prims(bsyms):
-    for b in bsyms:
-        if b.symbol.is_prim:
-            yield b
-        elif b.subsymbols:
-            yield from flatten_prims(b.subsymbols)
-        else:
-            raise Unsupported(f"{b.symbol.printed_name} has no decomposition into prims")
+flatten_prims = flatten_to_prims
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import cuda_device, library
+from thunder_core.plugins.probes import availability, cuda_device, library
 
 VERSIONS = ">=0.2"
 REMEDY = "pip install the nvfuser wheel built for your CUDA and torch (e.g. nvfuser-cu128-torch27) on a GPU machine"
@@ -31,10 +31,7 @@ def problems() -> list[str]:
 
 @hookimpl
 def thunder_core_probe() -> Availability:
-    found = problems()
-    if found:
-        return Availability.missing("; ".join(found), REMEDY)
-    return Availability.ok()
+    return availability(problems(), REMEDY)
 
 
 @hookimpl

@@ -11,7 +11,7 @@ from thunder_core import FusionExecutor, RegionNotSupported, Rejection
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.tree import leaves
 from thunder_core.ops import TORCH_SYMBOLS, prims
-from thunder_executor_nvfuser.translate import DTYPES, RENAMED, SAME_NAME, Ref, Unsupported, recipe
+from thunder_executor_nvfuser.translate import DTYPES, RENAMED, SAME_NAME, Ref, recipe
 
 PRIMS = SAME_NAME | set(RENAMED) | {"sum", "var", "convert_element_type", "broadcast_in_dim", "reshape",
                                     "squeeze", "slice", "cat"}  # fmt: skip
@@ -66,8 +66,8 @@ class NvFuserExecutor(FusionExecutor):
     def compile_region(self, region):
         try:
             steps = recipe(region.bound_symbols, region.inputs, region.outputs)
-        except Unsupported as reason:
-            raise RegionNotSupported(str(reason)) from reason
+        except RegionNotSupported:
+            raise
         key = repr([(s[1], s[2], sorted(s[3].items())) for s in steps])
         fd = self._fusions.get(key)
         if fd is None:

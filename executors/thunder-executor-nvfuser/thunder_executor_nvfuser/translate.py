@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from thunder_core.executors.base import RegionNotSupported, flatten_to_prims
 from thunder_core.ir.proxies import TensorProxy
 
 DTYPES = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double",
@@ -20,7 +21,7 @@ SAME_NAME = {"add", "sub", "mul", "div", "neg", "exp", "log", "log1p", "expm1", 
 RENAMED = {"amax": "max", "amin": "min"}
 
 
-class Unsupported(Exception):
+class Unsupported(RegionNotSupported):
     pass
 
 
@@ -29,14 +30,7 @@ class Ref:
     name: str
 
 
-def _prims(bsyms):
-    for b in bsyms:
-        if b.symbol.is_prim:
-            yield b
-        elif b.subsymbols:
-            yield from _prims(b.subsymbols)
-        else:
-            raise Unsupported(f"{b.symbol.printed_name} has no decomposition")
+_prims = flatten_to_prims
 
 
 def recipe(bsyms, inputs, outputs) -> list[tuple]:

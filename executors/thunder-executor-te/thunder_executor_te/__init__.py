@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import cuda_device, library
+from thunder_core.plugins.probes import availability, cuda_device, library
 
 REMEDY = (
     "pip install 'thunder-executor-te[te]' on a machine with an NVIDIA GPU (compute capability 8.9+ for FP8)"
@@ -17,10 +17,7 @@ def problems() -> list[str]:
 
 @hookimpl
 def thunder_core_probe() -> Availability:
-    found = problems()
-    if found:
-        return Availability.missing("; ".join(found), REMEDY)
-    return Availability.ok()
+    return availability(problems(), REMEDY)
 
 
 @hookimpl
