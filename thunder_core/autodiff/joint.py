@@ -30,6 +30,7 @@ from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, pop_recorder, push_recorder
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
+from thunder_core.transforms.replay import all_names
 
 
 class NotDifferentiable(ThunderCoreError):
@@ -42,18 +43,6 @@ class Split:
     backward: Trace
     output_differentiable: list[bool]  # per flat output leaf
     output_structure: object  # the user output with leaves replaced by their flat index
-
-
-def _all_names(trace: Trace) -> set[str]:
-    names = {p.name for p in trace.inputs}
-
-    def visit(bsyms):
-        for b in bsyms:
-            names.update(p.name for p in b.flat_outputs())
-            visit(b.subsymbols)
-
-    visit(trace.bound_symbols)
-    return names
 
 
 def needs_grad(bsym: BoundSymbol) -> bool:
@@ -125,7 +114,7 @@ def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
 
 def split_forward_backward(trace: Trace, executors=()) -> Split:
     start = time.perf_counter()
-    namer = Namer(_all_names(trace))
+    namer = Namer(all_names(trace))
     replay = _Replay(namer, executors)
     push_recorder(replay.recorder)
     try:

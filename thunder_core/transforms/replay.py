@@ -18,7 +18,8 @@ from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves, tree_map
 
 
-def _names(trace: Trace) -> set[str]:
+def all_names(trace: Trace) -> set[str]:
+    """Every name a trace's inputs and bound symbols (subsymbols included) define."""
     names = {p.name for p in trace.inputs}
 
     def visit(bsyms):
@@ -37,7 +38,7 @@ def same_call(bsym: BoundSymbol, args: tuple, kwargs: dict):
 
 def replay(trace: Trace, visit: Callable = same_call, *, name: str = "replay") -> Trace:
     start = time.perf_counter()
-    recorder = Recorder(Namer(_names(trace)), top_level=False)
+    recorder = Recorder(Namer(all_names(trace)), top_level=False)
     renamed: dict[int, object] = {}
 
     def rename(x):
