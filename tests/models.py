@@ -4,28 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from thunder_core.testing.models import small_litgpt
+
 
 def litgpt_gpt(n_layer: int = 2, n_embd: int = 64, vocab: int = 256, block_size: int = 64):
-    from litgpt.config import Config
-    from litgpt.model import GPT
-
-    config = Config(
-        name="thunder-core-test",
-        block_size=block_size,
-        vocab_size=vocab,
-        padded_vocab_size=vocab,
-        n_layer=n_layer,
-        n_head=4,
-        n_query_groups=2,
-        n_embd=n_embd,
-        intermediate_size=4 * n_embd,
-        bias=False,
-        norm_class_name="RMSNorm",
-        mlp_class_name="LLaMAMLP",
-        rotary_percentage=1.0,
-        parallel_residual=False,
-    )
-    return GPT(config)
+    return small_litgpt(n_layer, n_embd, vocab, block_size, n_query_groups=2)
 
 
 def hf_llama(n_layer: int = 2, hidden: int = 64, vocab: int = 256):

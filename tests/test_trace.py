@@ -62,7 +62,7 @@ def test_last_traces_have_provenance_and_timing():
     traces = thunder_core.last_traces(jfn)
     names = [t.provenance.pass_name for t in traces]
     assert names[0] == "capture" and "dce" in names and names[-1] == "delete_last_used"
-    assert all(t.provenance.seconds >= 0 for t in traces)
+    assert traces[0].provenance.seconds > 0
     assert "Constructed by capture (took" in traces[0].python()
     assert "del " in traces[-1].python()  # intermediates are freed after their last use
 

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from thunder_core.plugins.manager import AVAILABLE, plugin_manager
+from thunder_core.plugins.manager import AVAILABLE, DISABLED, plugin_manager
 
 # First-party executor packages: what each needs, to say what to install.
 KNOWN_EXECUTORS = {
@@ -40,7 +40,7 @@ def _rows():
     for name in manager.names():
         if name in disabled:
             info = manager.plugins[name]
-            rows.append(replace(info, status="disabled", reason=disabled[name], remedy=""))
+            rows.append(replace(info, status=DISABLED, reason=disabled[name], remedy=""))
         else:
             rows.append(manager.load(manager.plugins[name]))
     return rows

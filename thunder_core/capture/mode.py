@@ -8,7 +8,6 @@ from torch.overrides import TorchFunctionMode
 from thunder_core.capture.source import user_location
 from thunder_core.errors import DataDependentError
 from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.tree import leaves
 from thunder_core.ops.registry import lookup, opaque_symbol
 
 T = torch.Tensor
@@ -60,10 +59,6 @@ def data_dependent_error(what: str) -> DataDependentError:
         "number (the trace is specialized on it);\n"
         "  3. leave this function (or this part of it) un-jitted."
     )
-
-
-def _has_proxy(args, kwargs) -> bool:
-    return any(isinstance(x, TensorProxy) for x in leaves((args, kwargs)))
 
 
 class CaptureMode(TorchFunctionMode):

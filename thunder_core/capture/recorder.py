@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from contextlib import contextmanager
 
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.capture.source import user_location
@@ -116,16 +117,11 @@ class Recorder:
         return [bsym.substitute(mapping) for bsym in inner.bound_symbols]
 
 
+@contextmanager
 def record_scope(recorder: Recorder):
-    """Context manager making ``recorder`` the target of symbol calls."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def scope():
-        push_recorder(recorder)
-        try:
-            yield recorder
-        finally:
-            pop_recorder()
-
-    return scope()
+    """Make ``recorder`` the target of symbol calls for the duration of the block."""
+    push_recorder(recorder)
+    try:
+        yield recorder
+    finally:
+        pop_recorder()

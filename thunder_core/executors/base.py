@@ -157,13 +157,6 @@ class Region:
     inputs: list[Any] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)
 
-    def prims(self) -> list[BoundSymbol]:
-        """The region as prims: torch-level ops replaced by their decompositions, recursively.
-
-        Raises ``RegionNotSupported`` if an op has no decomposition.
-        """
-        return list(flatten_to_prims(self.bound_symbols))
-
     def as_trace(self, name: str) -> Trace:
         return Trace(
             inputs=self.inputs,

@@ -80,7 +80,7 @@ def _round_decomposition(a, *, decimals=0):
 register_torch_op("round", torch.round, T.round, decomposition=_round_decomposition)
 
 
-def _binary(prim, kind, *, result_from_computation=False):
+def _binary(prim, kind):
     def decomposition(a, b, *, out=None):
         if out is not None:
             raise NoDecomposition

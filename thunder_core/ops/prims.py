@@ -10,7 +10,6 @@ take a tuple of dims and keep the input dtype.
 from __future__ import annotations
 
 import builtins
-import math
 
 import torch
 
@@ -202,6 +201,3 @@ def _uniform(shape, low, high, dtype, device):
 full = _prim("full", _full)
 iota = _prim("iota", _iota)
 uniform = _prim("uniform", _uniform, tags=(RANDOM,))
-
-# Kept importable for decompositions that need the constant.
-pi = math.pi

@@ -141,7 +141,7 @@ register_torch_op("argmax", torch.argmax, T.argmax, decomposition=_arg_extremum(
 register_torch_op("argmin", torch.argmin, T.argmin, decomposition=_arg_extremum(prims.argmin))
 
 
-def _max_or_min(extremum_prim, arg_prim, binary_prim):
+def _max_or_min(extremum_prim, binary_prim):
     def decomposition(a, dim=None, keepdim=False, *, out=None):
         if out is not None:
             raise NoDecomposition
@@ -157,8 +157,8 @@ def _max_or_min(extremum_prim, arg_prim, binary_prim):
     return decomposition
 
 
-register_torch_op("max", torch.max, T.max, decomposition=_max_or_min(prims.amax, prims.argmax, prims.maximum))
-register_torch_op("min", torch.min, T.min, decomposition=_max_or_min(prims.amin, prims.argmin, prims.minimum))
+register_torch_op("max", torch.max, T.max, decomposition=_max_or_min(prims.amax, prims.maximum))
+register_torch_op("min", torch.min, T.min, decomposition=_max_or_min(prims.amin, prims.minimum))
 
 
 def _prod(a, dim=None, keepdim=False, *, dtype=None):

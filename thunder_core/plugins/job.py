@@ -120,7 +120,3 @@ def build_job(config: JobConfig) -> Job:
         for stage, fn, pass_name in info.passes:
             job.passes.setdefault(stage, []).append((fn, options, f"{info.name}.{pass_name}"))
     return job
-
-
-def executor_options(job: Job, name: str) -> dict:
-    return dict(job.config.options.get(name, {})) if job.config else {}

@@ -7,13 +7,16 @@ import torch
 import thunder_core
 
 
-def small_litgpt(n_layer: int = 2, n_embd: int = 64, vocab: int = 128, block_size: int = 32):
+def small_litgpt(
+    n_layer: int = 2, n_embd: int = 64, vocab: int = 128, block_size: int = 32, n_query_groups: int = 4
+):
+    """A litgpt ``GPT`` (Llama-style: RMSNorm, SwiGLU MLP, RoPE) from a small config, random weights."""
     from litgpt.config import Config
     from litgpt.model import GPT
 
     config = Config(
         name="thunder-core-check", block_size=block_size, vocab_size=vocab, padded_vocab_size=vocab,
-        n_layer=n_layer, n_head=4, n_query_groups=4, n_embd=n_embd, intermediate_size=2 * n_embd, bias=False,
+        n_layer=n_layer, n_head=4, n_query_groups=n_query_groups, n_embd=n_embd, intermediate_size=2 * n_embd, bias=False,
         norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
     )  # fmt: skip
     return GPT(config)

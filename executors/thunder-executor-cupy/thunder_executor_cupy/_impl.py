@@ -20,6 +20,7 @@ from thunder_executor_cupy.codegen import (
     SOFTMAX_SOURCE,
     SUPPORTED,
     elementwise_kernel_spec,
+    softmax_checker,
 )
 
 ELEMENTWISE_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt",
@@ -82,14 +83,6 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
         _softmax_kernel()((rows,), (min(1024, max(32, 1 << (cols - 1).bit_length())),),
                           (cupy.from_dlpack(source), cupy.from_dlpack(out), rows, cols))  # fmt: skip
     return out
-
-
-def softmax_checker(x, dim=None, _stacklevel=3, dtype=None):
-    if x.device.type != "cuda" or x.dtype != torch.float32 or dtype not in (None, torch.float32):
-        return Rejection("cupy softmax takes float32 CUDA tensors")
-    if dim is None or dim % x.ndim != x.ndim - 1:
-        return Rejection("cupy softmax runs over the last dim")
-    return True
 
 
 def softmax_executor() -> OperatorExecutor:

@@ -137,3 +137,14 @@ extern "C" __global__ void thunder_softmax(const float* x, float* y, long long r
     for (long long c = threadIdx.x; c < cols; c += blockDim.x) out[c] = expf(in[c] - peak) / total;
 }
 """
+
+
+def softmax_checker(x, dim=None, _stacklevel=3, dtype=None):
+    """The RawKernel softmax takes float32 CUDA tensors over their last dim."""
+    from thunder_core import Rejection
+
+    if x.device.type != "cuda" or x.dtype != torch.float32 or dtype not in (None, torch.float32):
+        return Rejection("cupy softmax takes float32 CUDA tensors")
+    if dim is None or dim % x.ndim != x.ndim - 1:
+        return Rejection("cupy softmax runs over the last dim")
+    return True

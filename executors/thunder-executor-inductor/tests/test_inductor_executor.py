@@ -34,10 +34,8 @@ def test_identical_regions_compile_once():
     jfn = thunder_core.jit(two_layers, executors=["inductor"])
     x = torch.randn(4, 16)
     torch.testing.assert_close(jfn(x), two_layers(x))
-    executor = thunder_core.plugins.manager.plugin_manager().plugins["inductor"].executors[0]
     regions = [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"]
     assert len(regions) == 2 and regions[0].impl is regions[1].impl
-    assert len(executor._compiled) >= 1
 
 
 def test_litgpt_training_step_matches_eager():

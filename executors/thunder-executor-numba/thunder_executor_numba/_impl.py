@@ -75,12 +75,10 @@ class NumbaExecutor(FusionExecutor):
                 self.register_supported(name)
             except KeyError:  # an op this torch version lacks
                 continue
-        self._attention = None
-        self._own_kernels: set = set()
 
     def check(self, bsym):
         verdict = super().check(bsym)
-        if verdict is not True or bsym.symbol is self._attention or bsym.symbol in self._own_kernels:
+        if verdict is not True:
             return verdict
         supported = _tensors_supported(bsym)
         if supported is not True:
@@ -90,16 +88,6 @@ class NumbaExecutor(FusionExecutor):
                 f"numba: the decomposition of {bsym.symbol.printed_name} uses prims it does not generate"
             )
         return True
-
-    def fusion_pass(self, trace, options=None):
-        """This executor's own kernels (attention softmax) run as they are; the rest is fused."""
-        kernels = [
-            b.replace(impl=b.symbol.impl, impl_name=b.symbol.printed_name)
-            if b.executor == self.name and b.symbol in self._own_kernels
-            else b
-            for b in trace.bound_symbols
-        ]
-        return super().fusion_pass(trace.with_bound_symbols(kernels, trace.provenance), options)
 
     def region_weight(self, region) -> int:
         """Prims that compute something (shape-only prims cost nothing in a fused kernel)."""

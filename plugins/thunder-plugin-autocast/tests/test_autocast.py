@@ -85,14 +85,10 @@ def test_not_enabled_unless_selected():
 
 
 def test_litgpt_forward_matches_torch_autocast():
-    litgpt = pytest.importorskip("litgpt")
-    config = litgpt.Config(
-        name="autocast-test", block_size=32, vocab_size=128, padded_vocab_size=128, n_layer=2, n_head=4,
-        n_query_groups=4, n_embd=32, intermediate_size=64, bias=False, norm_class_name="RMSNorm",
-        mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
-    )  # fmt: skip
+    from thunder_core.testing.models import small_litgpt
+
     torch.manual_seed(0)
-    model = litgpt.GPT(config).eval()
+    model = small_litgpt(n_embd=32).eval()
     idx = torch.randint(0, 128, (2, 16))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = model(idx)
