@@ -36,6 +36,17 @@ def clean_environment(monkeypatch, tmp_path, installed):
     yield
 
 
+def _cli_rows() -> dict:
+    """``python -m thunder_core plugins --json``, run for real, by plugin name."""
+    done = subprocess.run(
+        [sys.executable, "-m", "thunder_core", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {row["name"]: row for row in json.loads(done.stdout)}
+
+
 def add(a, b):
     return a + b
 
@@ -73,13 +84,7 @@ def test_every_package_gets_its_status_and_reason_from_the_api():
 
 
 def test_the_cli_reports_the_same_statuses():
-    done = subprocess.run(
-        [sys.executable, "-m", "thunder_core", "plugins", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    rows = _cli_rows()
     for name, (status, reason) in EXPECTED.items():
         assert rows[name]["status"] == status and reason in rows[name]["reason"], rows[name]
         assert rows[name]["distribution"].startswith("tc-")
@@ -179,13 +184,7 @@ def test_disable_from_environment_and_default_priority(monkeypatch):
 
 def test_disabled_plugins_show_as_disabled_in_the_cli(monkeypatch):
     monkeypatch.setenv("THUNDER_CORE_DISABLE", "claimb")
-    done = subprocess.run(
-        [sys.executable, "-m", "thunder_core", "plugins", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    rows = _cli_rows()
     assert rows["claimb"]["status"] == "disabled"
     assert rows["claimb"]["reason"] == "disabled by THUNDER_CORE_DISABLE"
 
