@@ -267,3 +267,35 @@ def test_import_thunder_core_imports_no_plugin_module_and_is_cheap():
     fastest = min(run["took"] for run in runs)
     print(f"\nimport thunder_core after import torch: {fastest * 1e3:.0f} ms")
     assert fastest < 0.100
+
+
+def test_new_executor_template_installs_and_claims_add(tmp_path):
+    done = subprocess.run(
+        ["thunder-core", "new-executor", "tmplcheck", "--directory", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    package = tmp_path / "thunder-executor-tmplcheck"
+    assert (package / "tests" / "test_conformance.py").is_file()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(package)],
+        check=True,
+    )
+    try:
+        reset_plugin_manager()
+        jfn = thunder_core.jit(add, executors=["tmplcheck"])
+        _eager_ok(jfn)
+        assert thunder_core.explain(jfn).for_symbol("torch.add")[0].executor == "tmplcheck"
+        # the package's own tests pass as generated
+        tests = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", str(package / "tests" / "test_executor.py")],
+            capture_output=True,
+            text=True,
+        )
+        assert tests.returncode == 0, tests.stdout[-2000:]
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "uninstall", "-q", "-y", "thunder-executor-tmplcheck"], check=False
+        )
+        reset_plugin_manager()
