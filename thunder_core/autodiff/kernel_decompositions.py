@@ -11,6 +11,7 @@ import math
 import torch
 
 from thunder_core.autodiff import kernels as K
+from thunder_core.autodiff.rules import basic_index_backward
 from thunder_core.ops._helpers import NoDecomposition, canonical_dim, convert
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
 
@@ -60,7 +61,39 @@ def _threshold_backward(g, x, threshold):
     return S["where"](S["le"](x, threshold), 0.0, g)
 
 
+def _basic_index_backward(g, shape, index):
+    """Zeros of ``shape`` with ``g`` at ``index``, as a reshape and a zero-padding cat per sliced dim."""
+    items = list(index) if type(index) is tuple else [index]
+    consumed = sum(1 for item in items if item is not None and item is not Ellipsis)
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (len(shape) - consumed)
+    items += [slice(None)] * (len(shape) - sum(1 for item in items if item is not None))
+    spans = []  # (start, length) per dim of ``shape``
+    for item, size in zip((item for item in items if item is not None), shape):
+        if isinstance(item, slice):
+            start, stop, step = item.indices(size)
+            if step != 1:
+                raise NoDecomposition
+            spans.append((start, max(stop - start, 0)))
+        else:
+            spans.append((item % size, 1))
+    if g.numel() == 0:
+        return S["new_zeros"](g, tuple(shape))
+    grad = S["reshape"](g, tuple(length for _, length in spans))
+    for dim, ((start, length), size) in enumerate(zip(spans, shape)):
+        if length == size:
+            continue
+        before, after = (
+            [S["new_zeros"](grad, (*grad.shape[:dim], width, *grad.shape[dim + 1 :]))] if width else []
+            for width in (start, size - start - length)
+        )
+        grad = S["cat"]([*before, grad, *after], dim)
+    return grad
+
+
 for _symbol, _decomposition in (
+    (basic_index_backward, _basic_index_backward),
     (K.softmax_backward, _softmax_backward),
     (K.log_softmax_backward, _log_softmax_backward),
     (K.log_softmax, _log_softmax),

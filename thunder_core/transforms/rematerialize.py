@@ -3,7 +3,8 @@
 Pre: a forward trace returning ``(outputs, saved)`` and the backward trace taking
 ``(*saved, *grads)``. Post: the same pair, where a saved value made by one cheap
 elementwise op whose tensor inputs are all saved anyway (or forward inputs) is recomputed
-at the start of the backward instead, so the forward keeps fewer tensors alive.
+in the backward instead, just before its first use (so a fusion executor can fuse the
+recomputation with its consumers), and the forward keeps fewer tensors alive.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import INPLACE, RANDOM
 from thunder_core.ir.trace import Provenance, Trace
+from thunder_core.ir.tree import leaves
 
 # Torch-level and prim ops cheap enough to recompute (elementwise, no reductions).
 CHEAP = frozenset(
@@ -69,13 +71,32 @@ def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
         function_name=forward.function_name,
         provenance=Provenance("rematerialize", seconds),
     )
-    order = {id(b): i for i, b in enumerate(forward.bound_symbols)}
-    recomputed.sort(key=lambda b: order[id(b)])
     new_backward = Trace(
         inputs=[*saved, *grads],
-        bound_symbols=[*recomputed, *backward.bound_symbols],
+        bound_symbols=_before_first_use(recomputed, backward.bound_symbols, backward.output),
         output=backward.output,
         function_name=backward.function_name,
         provenance=Provenance("rematerialize", seconds),
     )
     return new_forward, new_backward
+
+
+def _before_first_use(recomputed: list, bsyms: list, output) -> list:
+    """``bsyms`` with each recomputed op inserted just before the first op (or the return) reading it."""
+    producer = {p.name: b for b in recomputed for p in b.flat_outputs()}
+    placed: set[int] = set()
+    result: list = []
+
+    def place(reads) -> None:
+        for p in reads:
+            needed = producer.get(p.name)
+            if needed is not None and id(needed) not in placed:
+                placed.add(id(needed))
+                place(needed.flat_args())
+                result.append(needed)
+
+    for bsym in bsyms:
+        place(bsym.flat_args())
+        result.append(bsym)
+    place(x for x in leaves(output) if isinstance(x, TensorProxy))
+    return result

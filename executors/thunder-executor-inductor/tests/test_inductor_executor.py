@@ -40,3 +40,33 @@ def test_identical_regions_compile_once():
 
 def test_litgpt_training_step_matches_eager():
     check_litgpt_training(["inductor"])
+
+
+def test_a_region_of_two_computing_ops_is_compiled_but_one_op_and_views_are_not():
+    def mlp_gate(a, b, w):
+        gated = F.silu(a) * b  # two ops between matmuls, as in LLaMA's MLP
+        single = (gated @ w).reshape(-1).exp()  # one computing op, with a view
+        return single
+
+    jfn = thunder_core.jit(mlp_gate, executors=["inductor"])
+    a, b, w = torch.randn(8, 16), torch.randn(8, 16), torch.randn(16, 4)
+    torch.testing.assert_close(jfn(a, b, w), mlp_gate(a, b, w))
+    final = thunder_core.last_traces(jfn)[-1]
+    assert [b.executor for b in final.bound_symbols if b.executor != "python"] == [
+        "inductor", "torch", "torch", "torch"
+    ]
+    report = thunder_core.explain(jfn).for_symbol("torch.exp")[0]
+    assert "min_region_size" in report.declined["inductor"]
+
+
+def test_a_region_called_with_other_strides_than_traced_gets_its_own_variant():
+    def fn(x, y):
+        return (x * 2 + y).exp()
+
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    jfn = thunder_core.jit(fn, executors=["inductor"])
+    jfn(x, y)
+    (region,) = [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"]
+    transposed = x.t().contiguous().t()  # same values, strides (1, 8) instead of (8, 1)
+    (out,) = region.impl(transposed, y)
+    torch.testing.assert_close(out, fn(x, y))

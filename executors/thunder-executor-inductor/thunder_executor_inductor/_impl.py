@@ -1,16 +1,24 @@
-"""The Inductor executor: each region of a trace compiled once by torch.compile.
+"""The Inductor executor: each region of a trace compiled once by Inductor.
 
 Regions hold what Inductor fuses well (elementwise ops, reductions, norms, softmax, views,
 indexing, cat); matmuls, attention and embeddings stay with the torch executor, whose
 kernels Inductor would call anyway. Identical regions (the same ops on the same metadata,
 as in every layer of a transformer) share one compiled function.
+
+A region is traced to an ATen graph with ``make_fx`` and compiled with
+``torch._inductor.standalone_compile``: no Dynamo frame and guards around each call (the
+thunder_core cache already guarantees the metadata), and Inductor's on-disk FX graph cache
+makes a second process's compiles cheap.
 """
 
 from __future__ import annotations
 
 import torch
+import torch._inductor
 
-from thunder_core import FusionExecutor, Rejection
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from thunder_core import FusionExecutor, Rejection, RegionNotSupported
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM
 from thunder_core.ir.tree import leaves
@@ -18,6 +26,14 @@ from thunder_core.ops import TORCH_SYMBOLS, prims
 
 # Kernels Inductor calls as external libraries: fusing around them buys nothing here.
 EXTERNAL = {"matmul", "mm", "bmm", "linear", "scaled_dot_product_attention", "embedding", "cross_entropy"}
+# Ops that only describe a view: free inside a region, so they do not make one worth compiling.
+VIEWS = frozenset(
+    {
+        "reshape", "view", "permute", "transpose", "t", "expand", "expand_as", "unsqueeze", "squeeze",
+        "broadcast_in_dim", "slice", "getitem", "narrow", "flatten", "unflatten",
+        "split", "chunk", "unbind", "movedim", "view_as", "reshape_as",
+    }
+)  # fmt: skip
 
 
 def _signature(region) -> tuple:
@@ -45,7 +61,7 @@ def _signature(region) -> tuple:
 
 class InductorExecutor(FusionExecutor):
     default_priority = 10
-    min_region_size = 4
+    min_region_size = 2
 
     def __init__(self):
         super().__init__("inductor", version=torch.__version__)
@@ -64,17 +80,55 @@ class InductorExecutor(FusionExecutor):
         if bsym.symbol.has_tag(INPLACE) or bsym.symbol.has_tag(OPAQUE):
             return Rejection("inductor regions are functional: no in-place or opaque calls")
         for x in leaves((bsym.args, bsym.kwargs, bsym.output)):
-            if isinstance(x, TensorProxy) and (x.dtype.is_complex or x.numel() == 0):
-                return Rejection("inductor: complex or empty tensor")
+            if isinstance(x, TensorProxy) and x.dtype.is_complex:
+                return Rejection("inductor: complex tensor")
         if not any(isinstance(x, TensorProxy) for x in leaves(bsym.output)):
             return Rejection("inductor: the op returns no tensor")
         return True
+
+    def region_weight(self, region) -> int:
+        """Operations that compute something: views alone never make a region worth compiling."""
+        return sum(1 for b in region if b.symbol.name not in VIEWS)
 
     def compile_region(self, region):
         key = _signature(region)
         compiled = self._compiled.get(key)
         if compiled is None:
-            fn = region.as_trace(f"inductor_region_{len(self._compiled)}").python_callable()
-            compiled = torch.compile(fn, fullgraph=True, dynamic=False)
-            self._compiled[key] = compiled
+            compiled = self._compiled[key] = _compile(region, f"inductor_region_{len(self._compiled)}")
         return compiled
+
+
+def _compile(region, name: str):
+    """One region as an Inductor-compiled callable taking the region's inputs.
+
+    Compiled code asserts its inputs' strides. The trace's metadata predicts them, but a value
+    made by another executor may arrive with other strides (an expanded gradient that came out
+    contiguous, say); such calls get a variant compiled for the strides they bring.
+    """
+    if not all(isinstance(p, TensorProxy) for p in region.inputs):
+        raise RegionNotSupported("inductor: a region input is not a tensor")
+    fn = region.as_trace(name).python_callable()
+    specs = [(tuple(p.shape), p.dtype, p.device) for p in region.inputs]
+
+    def compile_for(strides: tuple):
+        examples = [
+            torch.empty_strided(shape, stride, dtype=dtype, device=device)
+            for (shape, dtype, device), stride in zip(specs, strides)
+        ]
+        graph = make_fx(fn, tracing_mode="fake")(*examples)
+        return torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_example_inputs")
+
+    expected = tuple(tuple(p.stride()) for p in region.inputs)
+    compiled = compile_for(expected)
+    variants = {expected: compiled}
+
+    def run(*args):
+        strides = tuple(a.stride() for a in args)
+        if strides == expected:
+            return tuple(compiled(*args))
+        variant = variants.get(strides)
+        if variant is None:
+            variant = variants[strides] = compile_for(strides)
+        return tuple(variant(*args))
+
+    return run
