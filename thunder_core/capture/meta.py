@@ -3,6 +3,9 @@
 Proxies become meta tensors of the same shape, strides, dtype and requires_grad; real
 tensors (constants) are moved to meta; an explicit ``device=`` becomes ``"meta"``. The
 outputs are turned back into proxies on the device the real call would produce.
+
+Results are memoized on the call's metadata (a transformer repeats the same ops on the same
+shapes in every layer), so each distinct call runs on meta once per process.
 """
 
 from __future__ import annotations
@@ -62,6 +65,76 @@ def _run_on_sample_data(fn, args, kwargs):
     return tree_map(lambda y: y.to("meta") if isinstance(y, torch.Tensor) else y, out)
 
 
+class _NotMemoizable(Exception):
+    pass
+
+
+class _TensorSpec:
+    __slots__ = ("shape", "dtype", "requires_grad", "stride")
+
+    def __init__(self, y: torch.Tensor):
+        self.shape, self.dtype, self.requires_grad, self.stride = (
+            y.shape,
+            y.dtype,
+            y.requires_grad,
+            y.stride(),
+        )
+
+
+_IMMUTABLE = (int, float, bool, str, type(None), torch.dtype, torch.device)
+_MEMO_LIMIT = 50_000
+_memo: dict[tuple, object] = {}
+
+
+def _memo_key(fn, args, kwargs) -> tuple:
+    """The call's identity up to proxy names; _NotMemoizable for constants or unhashable values."""
+    positions: dict[int, int] = {}  # which arguments are the same proxy is part of the key
+    parts: list = []
+
+    def walk(x) -> None:
+        if isinstance(x, TensorProxy):
+            index = positions.setdefault(id(x), len(positions))
+            parts.append((index, x.shape, x.stride(), x.dtype, x.device, x.requires_grad))
+        elif isinstance(x, (tuple, list)):
+            parts.append((type(x), len(x)))
+            for y in x:
+                walk(y)
+        elif isinstance(x, dict):
+            parts.append((dict, tuple(x)))
+            for y in x.values():
+                walk(y)
+        elif isinstance(x, slice):
+            parts.append((slice, x.start, x.stop, x.step))
+        elif isinstance(x, _IMMUTABLE) or x is Ellipsis:
+            parts.append((type(x), x))
+        else:
+            raise _NotMemoizable
+
+    walk(args)
+    walk(kwargs)
+    state = (
+        torch.is_grad_enabled(),
+        torch.get_default_dtype(),
+        str(torch.get_default_device()),
+        torch.is_autocast_enabled("cpu"),
+        torch.is_autocast_enabled("cuda"),
+    )
+    return (fn, state, tuple(parts))
+
+
+def _spec(out):
+    """``out`` with tensors as specs; _NotMemoizable if it holds anything else mutable."""
+
+    def one(y):
+        if isinstance(y, torch.Tensor):
+            return _TensorSpec(y)
+        if isinstance(y, _IMMUTABLE) or isinstance(y, torch.Size):
+            return y
+        raise _NotMemoizable
+
+    return tree_map(one, out)
+
+
 def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
     """Call ``fn`` on meta stand-ins of ``args``; return outputs as proxies.
 
@@ -69,6 +142,50 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
     returned as that proxy (with its requires_grad updated); otherwise every output
     tensor becomes a new proxy made by ``new_proxy``.
     """
+    device = _target_device(args, kwargs)
+    key = None
+    if not inplace:
+        try:
+            key = _memo_key(fn, args, kwargs)
+            spec = _memo.get(key)
+        except (_NotMemoizable, TypeError):  # TypeError: an unhashable value inside a tuple
+            key = None
+        else:
+            if spec is not None:
+                return tree_map(
+                    lambda y: (
+                        new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride)
+                        if isinstance(y, _TensorSpec)
+                        else y
+                    ),
+                    spec,
+                )
+    out, by_meta = _meta_outputs(fn, args, kwargs)
+    if key is not None:
+        try:
+            spec = _spec(out)
+        except _NotMemoizable:
+            pass
+        else:
+            if len(_memo) >= _MEMO_LIMIT:
+                _memo.clear()
+            _memo[key] = spec
+
+    def to_proxy(y):
+        if not isinstance(y, torch.Tensor):
+            return y
+        if inplace and id(y) in by_meta:
+            proxy = by_meta[id(y)]
+            if y.requires_grad and not proxy.requires_grad:
+                proxy.requires_grad_(True)
+            return proxy
+        return new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride())
+
+    return tree_map(to_proxy, out)
+
+
+def _meta_outputs(fn, args: tuple, kwargs: dict):
+    """``fn``'s outputs on meta stand-ins, and the input proxy behind each stand-in (by id)."""
     metas: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
 
     def to_meta(x):
@@ -87,7 +204,6 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
             return x.detach().to("meta").requires_grad_(x.requires_grad and x.is_floating_point())
         return x
 
-    device = _target_device(args, kwargs)
     meta_args = tree_map(to_meta, args)
     meta_kwargs = {
         k: ("meta" if k == "device" and v is not None else tree_map(to_meta, v)) for k, v in kwargs.items()
@@ -98,16 +214,4 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
     except NotImplementedError:
         # No meta kernel: learn the output metadata from a run on sample CPU data.
         out = _run_on_sample_data(fn, args, kwargs)
-    by_meta = {id(meta): proxy for meta, proxy in metas.values()}
-
-    def to_proxy(y):
-        if not isinstance(y, torch.Tensor):
-            return y
-        if inplace and id(y) in by_meta:
-            proxy = by_meta[id(y)]
-            if y.requires_grad and not proxy.requires_grad:
-                proxy.requires_grad_(True)
-            return proxy
-        return new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride())
-
-    return tree_map(to_proxy, out)
+    return out, {id(meta): proxy for meta, proxy in metas.values()}

@@ -53,7 +53,10 @@ def test_a_region_of_two_computing_ops_is_compiled_but_one_op_and_views_are_not(
     torch.testing.assert_close(jfn(a, b, w), mlp_gate(a, b, w))
     final = thunder_core.last_traces(jfn)[-1]
     assert [b.executor for b in final.bound_symbols if b.executor != "python"] == [
-        "inductor", "torch", "torch", "torch"
+        "inductor",
+        "torch",
+        "torch",
+        "torch",
     ]
     report = thunder_core.explain(jfn).for_symbol("torch.exp")[0]
     assert "min_region_size" in report.declined["inductor"]

@@ -39,9 +39,7 @@ def thunder_core_probe() -> Availability:
 
 @hookimpl
 def thunder_core_declare_options(declare) -> None:
-    declare(
-        "min_region_size", int, 2, "fewest computing (non-view) operations worth a compiled region"
-    )
+    declare("min_region_size", int, 2, "fewest computing (non-view) operations worth a compiled region")
 
 
 @hookimpl

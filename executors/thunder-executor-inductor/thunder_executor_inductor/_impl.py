@@ -13,12 +13,14 @@ makes a second process's compiles cheap.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 import torch._inductor
-
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from thunder_core import FusionExecutor, Rejection, RegionNotSupported
+from thunder_core import FusionExecutor, RegionNotSupported, Rejection
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM
 from thunder_core.ir.tree import leaves
@@ -66,6 +68,9 @@ class InductorExecutor(FusionExecutor):
     def __init__(self):
         super().__init__("inductor", version=torch.__version__)
         self._compiled: dict[tuple, object] = {}
+        # Inductor's one-time set-up runs while thunder_core captures and differentiates.
+        self._warm_up = threading.Thread(target=_warm_up, name="thunder-inductor-warm-up", daemon=True)
+        self._warm_up.start()
         for symbol in TORCH_SYMBOLS.values():
             if symbol.name not in EXTERNAL and not symbol.has_tag(RANDOM):
                 self.register_supported(symbol)
@@ -91,11 +96,43 @@ class InductorExecutor(FusionExecutor):
         return sum(1 for b in region if b.symbol.name not in VIEWS)
 
     def compile_region(self, region):
+        self._warm_up.join()
         key = _signature(region)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compiled[key] = _compile(region, f"inductor_region_{len(self._compiled)}")
         return compiled
+
+
+def _warm_up() -> None:
+    """Import Inductor's compiler and probe the CPU's vector ISAs, side by side.
+
+    Both happen once per process before the first compile and cost about 2 s here; the ISA
+    probe is mostly waiting for child processes that load test libraries, one per candidate
+    ISA, so those run in parallel too. Failures are left for the real compile to report.
+    """
+    with ThreadPoolExecutor(2, thread_name_prefix="thunder-inductor-warm-up") as pool:
+        for done in [pool.submit(_import_compiler), pool.submit(_probe_vector_isas)]:
+            done.exception()
+
+
+def _import_compiler() -> None:
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def _probe_vector_isas() -> None:
+    from torch._inductor import cpu_vec_isa
+
+    try:  # each candidate's check is cached, so valid_vec_isa_list() then reuses them
+        flags = cpu_vec_isa.x86_isa_checker()
+        candidates = [
+            isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())
+        ]
+        with ThreadPoolExecutor(max(1, len(candidates))) as pool:
+            list(pool.map(bool, candidates))
+    except Exception:  # noqa: BLE001 - an internal API that may change: probe serially below
+        pass
+    cpu_vec_isa.valid_vec_isa_list()
 
 
 def _compile(region, name: str):

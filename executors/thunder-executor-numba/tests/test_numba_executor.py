@@ -43,6 +43,19 @@ def test_row_reductions_fuse_into_multi_pass_row_kernels():
         assert region.impl.source.count("for c in range(256)") == passes
 
 
+def test_a_vector_is_read_per_column_even_when_rows_and_columns_have_the_same_length():
+    # On a square (5, 5) iteration shape a (5,) value could be per row or per column: only the
+    # broadcast says which. Reading it per row would sum the wrong entries.
+    def column_scaled_sums(v, g):
+        return (g * torch.log(v.abs() + 1)).sum(1), g * (v * 2)
+
+    options = {"numba": {"min_region_size": 1}}
+    for v, g in [(torch.randn(5), torch.randn(5, 5)), (torch.randn(7), torch.randn(5, 7))]:
+        jfn = thunder_core.jit(column_scaled_sums, executors=["numba"], options=options)
+        torch.testing.assert_close(jfn(v, g), column_scaled_sums(v, g))
+        assert _fused(jfn)
+
+
 def test_training_backward_fuses_too_and_matches_eager():
     x = torch.randn(8, 128, requires_grad=True)
     w = torch.randn(128, requires_grad=True)

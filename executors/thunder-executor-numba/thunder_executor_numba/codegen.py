@@ -200,6 +200,9 @@ def analyze(bsyms, inputs) -> _Analysis:
                 raise Unsupported(f"broadcast of {tuple(a.shape)} along {dims}")
             if _is_row_shape(shape, S) and source.kind not in (ROW, SCALAR):
                 raise Unsupported("broadcast into a row shape")
+            along = {ROW: tuple(range(a.ndim)), COL: (len(S) - 1,)}.get(source.kind, dims)
+            if shape == S and dims != along:
+                raise Unsupported(f"a {source.kind} value broadcast along {dims}")
             values[out.name] = _Value(source.kind, source.level)
         elif name in ("reshape", "squeeze"):
             a = b.args[0]
@@ -214,6 +217,13 @@ def analyze(bsyms, inputs) -> _Analysis:
             expected = FULL if tuple(out.shape) == S else ROW
             if out.numel() == 1 and tuple(out.shape) != S:
                 expected = SCALAR
+            elif expected == ROW and tuple(out.shape) == (C,) and len(S) > 1:
+                if not _is_row_shape(out.shape, S):
+                    expected = COL
+                elif not all(known(x) for x in tensors):
+                    # S[:-1] == (C,): whether a region input is per row or per column only
+                    # shows where it is broadcast later.
+                    raise Unsupported(f"shape {tuple(out.shape)} could be per row or per column of {S}")
             operands = [classify_input(x, expected) for x in tensors]
             kind = join(v.kind for v in operands)
             if expected == FULL and kind not in (FULL, SCALAR) and tuple(out.shape) == S:
@@ -244,6 +254,8 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
     for p in outputs:
         if p.name not in values:
             raise Unsupported(f"output {p.name} is not computed in the region")
+        if values[p.name].kind == COL:
+            raise Unsupported(f"output {p.name} has one value per column")
     has_reductions = any(v.reduction for v in values.values())
     index = {FULL: "i", ROW: "r", COL: "c", SCALAR: "0"}
 
