@@ -153,6 +153,8 @@ def _compile(region, name: str):
             for (shape, dtype, device), stride in zip(specs, strides)
         ]
         graph = make_fx(fn, tracing_mode="fake")(*examples)
+        if not any(node.op == "call_function" for node in graph.graph.nodes):
+            raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
         return torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_example_inputs")
 
     expected = tuple(tuple(p.stride()) for p in region.inputs)
@@ -165,7 +167,11 @@ def _compile(region, name: str):
             return tuple(compiled(*args))
         variant = variants.get(strides)
         if variant is None:
-            variant = variants[strides] = compile_for(strides)
+            try:
+                variant = compile_for(strides)
+            except RegionNotSupported:  # nothing to compute for these strides: run the ops as they are
+                variant = fn
+            variants[strides] = variant
         return tuple(variant(*args))
 
     return run
