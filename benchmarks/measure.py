@@ -47,14 +47,14 @@ def peak_memory_bytes(fn) -> int:
     return (_status_kib("VmHWM") - before) * 1024
 
 
-def run_isolated(script: str, *args: str, for_memory: bool = False) -> dict:
+def run_isolated(script: str, *args: str, for_memory: bool = False, env: dict | None = None) -> dict:
     """Run ``script`` in a fresh interpreter; it prints one JSON object as its last line.
 
     ``for_memory`` sets ``MALLOC_MMAP_THRESHOLD_`` so freed tensors return to the OS and the
     resident set follows live tensors; it slows allocation down, so timings are taken in a
-    separate run without it.
+    separate run without it. ``env`` adds environment variables.
     """
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     if for_memory:
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     done = subprocess.run(

@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch._inductor
+import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs; imported here, once
+from torch._inductor import cpu_vec_isa
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
@@ -105,24 +107,20 @@ class InductorExecutor(FusionExecutor):
 
 
 def _warm_up() -> None:
-    """Import Inductor's compiler and probe the CPU's vector ISAs, side by side.
+    """Probe the CPU's vector ISAs, which Inductor does once per process before its first compile.
 
-    Both happen once per process before the first compile and cost about 2 s here; the ISA
-    probe is mostly waiting for child processes that load test libraries, one per candidate
-    ISA, so those run in parallel too. Failures are left for the real compile to report.
+    The probe is mostly waiting for child processes that load a test library, one per
+    candidate ISA (about 1 s here), so it runs beside capture, and the candidates in parallel.
+    Failures are left for the real compile to report. The compiler itself is imported by
+    this module, on the importing thread: imports running in two threads at once can race.
     """
-    with ThreadPoolExecutor(2, thread_name_prefix="thunder-inductor-warm-up") as pool:
-        for done in [pool.submit(_import_compiler), pool.submit(_probe_vector_isas)]:
-            done.exception()
-
-
-def _import_compiler() -> None:
-    import torch._inductor.compile_fx  # noqa: F401
+    try:
+        _probe_vector_isas()
+    except Exception:  # noqa: BLE001 - reported by the compile that needs it
+        pass
 
 
 def _probe_vector_isas() -> None:
-    from torch._inductor import cpu_vec_isa
-
     try:  # each candidate's check is cached, so valid_vec_isa_list() then reuses them
         flags = cpu_vec_isa.x86_isa_checker()
         candidates = [
