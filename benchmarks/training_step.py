@@ -150,11 +150,13 @@ def main() -> None:
     from measure import run_isolated
 
     backends = [b for b in args.backends.split(",") if b]
-    floor = run_isolated(__file__, "--what", "floor")
+    floors = []
     runs: dict[str, list[dict]] = {b: [] for b in backends}
     for _ in range(args.rounds):  # interleaved, so that machine noise hits every backend alike
+        floors.append(run_isolated(__file__, "--what", "floor"))
         for b in backends:
             runs[b].append(run_isolated(__file__, "--backend", b, "--steps", str(args.steps)))
+    floor = {key: statistics.median(f[key] for f in floors) for key in floors[0]}
     results = {}
     for b in backends:
         results[b] = {
@@ -174,7 +176,7 @@ def main() -> None:
         f"{args.rounds} interleaved rounds of the median of {args.steps} steps"
     )
     print(
-        f"matmul floor: {floor['flops'] / 1e9:.1f} GFLOP at {floor['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s "
+        f"matmul floor (median of {args.rounds} rounds): {floor['flops'] / 1e9:.1f} GFLOP at {floor['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s "
         f"(2048^3 GEMM) = {floor['floor_s'] * 1e3:.0f} ms"
     )
     fixed = floor["gemm_s"] + floor["attention_s"]
