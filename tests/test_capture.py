@@ -146,3 +146,24 @@ def test_returning_an_opaque_object_is_a_clear_error():
 
     with pytest.raises(TypeError, match="cannot look inside"):
         thunder_core.jit(lambda x: Box(x))(torch.randn(2))
+
+
+def test_repeated_calls_with_the_same_metadata_reuse_meta_results_but_respect_grad_mode_and_aliasing():
+    # Output metadata is memoized on the call's metadata; grad mode, requires_grad and which
+    # arguments are the same tensor are part of that key.
+    def fn(x, y):
+        a = x * y
+        with torch.no_grad():
+            b = x * y
+        c = x * x
+        d = y.detach() * y.detach()
+        return a, b, c, d
+
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    expected = fn(x, y)
+    actual = thunder_core.jit(fn)(x, y)
+    assert (
+        [t.requires_grad for t in actual] == [t.requires_grad for t in expected] == [True, False, True, False]
+    )
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)
