@@ -13,6 +13,7 @@ import torch
 from thunder_core.autodiff import kernels as K
 from thunder_core.autodiff.rules import basic_index_backward
 from thunder_core.ops._helpers import NoDecomposition, canonical_dim, convert
+from thunder_core.ops.indexing import expand_basic_index
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
 
 
@@ -63,12 +64,7 @@ def _threshold_backward(g, x, threshold):
 
 def _basic_index_backward(g, shape, index):
     """Zeros of ``shape`` with ``g`` at ``index``, as a reshape and a zero-padding cat per sliced dim."""
-    items = list(index) if type(index) is tuple else [index]
-    consumed = sum(1 for item in items if item is not None and item is not Ellipsis)
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
-        items[at : at + 1] = [slice(None)] * (len(shape) - consumed)
-    items += [slice(None)] * (len(shape) - sum(1 for item in items if item is not None))
+    items = expand_basic_index(index if type(index) is tuple else (index,), len(shape))
     spans = []  # (start, length) per dim of ``shape``
     for item, size in zip((item for item in items if item is not None), shape):
         if isinstance(item, slice):

@@ -73,12 +73,10 @@ class _TensorSpec:
     __slots__ = ("shape", "dtype", "requires_grad", "stride")
 
     def __init__(self, y: torch.Tensor):
-        self.shape, self.dtype, self.requires_grad, self.stride = (
-            y.shape,
-            y.dtype,
-            y.requires_grad,
-            y.stride(),
-        )
+        self.shape = y.shape
+        self.dtype = y.dtype
+        self.requires_grad = y.requires_grad
+        self.stride = y.stride()
 
 
 _IMMUTABLE = (int, float, bool, str, type(None), torch.dtype, torch.device)

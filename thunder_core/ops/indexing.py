@@ -15,6 +15,19 @@ def _is_advanced(item) -> bool:
     return is_tensor(item) or isinstance(item, (list, tuple))
 
 
+def expand_basic_index(items, ndim: int) -> list:
+    """A basic index (ints, slices, None, one Ellipsis) with the Ellipsis spelled out as slices
+    and trailing dims filled with ``slice(None)``: one item per dim, plus the ``None``s."""
+    consuming = sum(1 for item in items if item is not None and item is not Ellipsis)
+    expanded = []
+    for item in items:
+        if item is Ellipsis:
+            expanded += [slice(None)] * (ndim - consuming)
+        else:
+            expanded.append(item)
+    return expanded + [slice(None)] * (ndim - sum(1 for item in expanded if item is not None))
+
+
 def _getitem(a, index):
     items = index if type(index) is tuple else (index,)
     if any(_is_advanced(item) for item in items):
@@ -23,14 +36,7 @@ def _getitem(a, index):
         return prims.index(a, tuple(items))
     if any(isinstance(item, bool) for item in items):
         raise NoDecomposition
-    consuming = sum(1 for item in items if item is not None and item is not Ellipsis)
-    expanded = []
-    for item in items:
-        if item is Ellipsis:
-            expanded += [slice(None)] * (a.ndim - consuming)
-        else:
-            expanded.append(item)
-    expanded += [slice(None)] * (a.ndim - sum(1 for item in expanded if item is not None))
+    expanded = expand_basic_index(items, a.ndim)
     starts, ends, steps, squeezed, out_shape = [], [], [], [], []
     dim = 0
     for item in expanded:

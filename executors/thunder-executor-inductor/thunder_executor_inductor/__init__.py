@@ -21,7 +21,12 @@ def _compiler() -> str | None:
 def thunder_core_probe() -> Availability:
     if importlib.util.find_spec("torch._inductor") is None:
         return Availability.missing(
-            "torch._inductor not found in this torch build", "pip install 'torch>=2.5'"
+            "torch._inductor not found in this torch build", "pip install 'torch>=2.8'"
+        )
+    if importlib.util.find_spec("torch._inductor.standalone_compile") is None:
+        return Availability.missing(
+            "this torch has no torch._inductor.standalone_compile (added in torch 2.8)",
+            "pip install 'torch>=2.8'",
         )
     compiler = _compiler()
     if compiler is None:

@@ -110,27 +110,21 @@ def _warm_up() -> None:
     """Probe the CPU's vector ISAs, which Inductor does once per process before its first compile.
 
     The probe is mostly waiting for child processes that load a test library, one per
-    candidate ISA (about 1 s here), so it runs beside capture, and the candidates in parallel.
+    candidate ISA (about 1 s here), so it runs beside capture, and the candidates in parallel;
+    each candidate's result is cached, so Inductor's own ``valid_vec_isa_list()`` reuses them.
     Failures are left for the real compile to report. The compiler itself is imported by
     this module, on the importing thread: imports running in two threads at once can race.
     """
     try:
-        _probe_vector_isas()
-    except Exception:  # noqa: BLE001 - reported by the compile that needs it
-        pass
-
-
-def _probe_vector_isas() -> None:
-    try:  # each candidate's check is cached, so valid_vec_isa_list() then reuses them
         flags = cpu_vec_isa.x86_isa_checker()
         candidates = [
             isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())
         ]
         with ThreadPoolExecutor(max(1, len(candidates))) as pool:
             list(pool.map(bool, candidates))
-    except Exception:  # noqa: BLE001 - an internal API that may change: probe serially below
+        cpu_vec_isa.valid_vec_isa_list()
+    except Exception:  # noqa: BLE001 - internal APIs that may change; the compile reports real problems
         pass
-    cpu_vec_isa.valid_vec_isa_list()
 
 
 def _compile(region, name: str):

@@ -226,8 +226,6 @@ def analyze(bsyms, inputs) -> _Analysis:
                     raise Unsupported(f"shape {tuple(out.shape)} could be per row or per column of {S}")
             operands = [classify_input(x, expected) for x in tensors]
             kind = join(v.kind for v in operands)
-            if expected == FULL and kind not in (FULL, SCALAR) and tuple(out.shape) == S:
-                kind = FULL if kind == FULL else kind
             values[out.name] = _Value(kind, max((v.level for v in operands), default=0))
     return analysis
 
