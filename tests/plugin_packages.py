@@ -46,6 +46,11 @@ COMPILED = []
 
 
 @hookimpl
+def thunder_core_declare_options(declare):
+    declare("min_region_size", int, 2, "fewest operations worth a region")
+
+
+@hookimpl
 def thunder_core_register_executor(register):
     from thunder_core import FusionExecutor
 
@@ -57,6 +62,64 @@ def thunder_core_register_executor(register):
     executor = PythonFusion("goodfuse")
     for name in ("add", "mul", "exp", "neg"):
         executor.register_supported(name)
+    register(executor)
+"""
+
+
+def _failing_fusion(name: str, where: str) -> str:
+    """A fusion executor of add/mul that raises while compiling, on the first run, or in its pass."""
+    return f'''
+from thunder_core.plugins import hookimpl
+
+CALLS = []
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import FusionExecutor
+
+    class Failing(FusionExecutor):
+        def compile_region(self, region):
+            CALLS.append("compile")
+            if "{where}" == "compile":
+                raise RuntimeError("nvrtc: out of registers")
+
+            def run(*args):
+                CALLS.append("run")
+                raise ValueError("kernel launch failed")
+
+            return run
+
+        def fusion_pass(self, trace, options=None):
+            if "{where}" == "pass":
+                raise KeyError("unexpected symbol")
+            return super().fusion_pass(trace, options)
+
+    executor = Failing("{name}")
+    for op in ("add", "mul"):
+        executor.register_supported(op)
+    register(executor)
+'''
+
+
+FAILING_OPERATOR = """
+import torch
+from thunder_core.plugins import hookimpl
+
+CALLS = []
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import OperatorExecutor
+
+    executor = OperatorExecutor("failop")
+
+    def mul(a, b):
+        CALLS.append("mul")
+        raise RuntimeError("illegal memory access")
+
+    executor.register_implementation("mul", mul)
     register(executor)
 """
 
@@ -137,6 +200,12 @@ PACKAGES = [
         },
         ["thunder-core>=99"],
     ),
+    ("tc-failcompile", "executors", "failcompile", "tc_failcompile",
+     {"tc_failcompile/__init__.py": _failing_fusion("failcompile", "compile")}, []),
+    ("tc-failrun", "executors", "failrun", "tc_failrun", {"tc_failrun/__init__.py": _failing_fusion("failrun", "run")}, []),
+    ("tc-failpass", "executors", "failpass", "tc_failpass",
+     {"tc_failpass/__init__.py": _failing_fusion("failpass", "pass")}, []),
+    ("tc-failop", "executors", "failop", "tc_failop", {"tc_failop/__init__.py": FAILING_OPERATOR}, []),
     ("tc-claim-a", "executors", "claima", "tc_claim_a", {"tc_claim_a/__init__.py": _claiming("claima")}, []),
     ("tc-claim-b", "executors", "claimb", "tc_claim_b", {"tc_claim_b/__init__.py": _claiming("claimb")}, []),
     # The entry point still names the module's old name (as after a rename in an editable install).

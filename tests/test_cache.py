@@ -85,13 +85,35 @@ def test_recompile_limit_warns_with_what_kept_changing_and_stays_correct():
 
 
 def test_cached_call_runs_the_generated_code_not_the_python_function():
+    import sys
+
+    entered = []
+
+    def fn(x):
+        return x + 1
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is fn.__code__:
+            entered.append(1)
+
+    jfn = thunder_core.jit(fn)
+    sys.setprofile(profile)
+    try:
+        for _ in range(5):
+            jfn(torch.randn(3))
+    finally:
+        sys.setprofile(None)
+    assert len(entered) == 1  # only the capture ran the Python function
+
+
+def test_a_function_that_changes_state_it_reads_recompiles_like_eager_runs_it():
     calls = []
 
     def fn(x):
         calls.append(1)
-        return x + 1
+        return x + len(calls)
 
     jfn = thunder_core.jit(fn)
-    for _ in range(5):
-        jfn(torch.randn(3))
-    assert len(calls) == 1  # only the capture ran the Python function
+    for i in range(1, 5):
+        torch.testing.assert_close(jfn(torch.zeros(3)), torch.full((3,), float(i)))
+    assert len(calls) == 4

@@ -64,6 +64,7 @@ def jit(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     disable: Sequence[str] | None = None,
     recompile_limit: int = DEFAULT_RECOMPILE_LIMIT,
+    cache: str = "guarded",
 ):
     """Compile a function of tensors, or an ``nn.Module``.
 
@@ -75,15 +76,20 @@ def jit(
 
     The first call with a new input signature (shapes, dtypes, devices, requires_grad,
     grad mode, Python values) captures and compiles a trace; later calls with the same
-    signature run the cached code. After ``recompile_limit`` signatures, new ones run
-    eagerly and a warning says what kept changing.
+    signature run the cached code, after checking that every Python value the trace was
+    specialized on (globals, closure variables, module and config attributes, hooks, torch
+    state) is unchanged; a change recompiles (``cache_info(jfn).reasons`` says what changed).
+    ``cache="same input"`` skips those checks: only the inputs' metadata selects the compiled
+    code, so a changed Python value is silently ignored — use it only when nothing changes.
+    After ``recompile_limit`` compilations, new signatures run eagerly and a warning says
+    what kept changing.
     """
     from thunder_core.plugins.config import resolve
     from thunder_core.plugins.job import build_job
 
     job = build_job(resolve(executors=executors, plugins=plugins, options=options, disable=disable))
     if isinstance(fn, nn.Module):
-        return ThunderModule(fn, recompile_limit=recompile_limit, job=job)
+        return ThunderModule(fn, recompile_limit=recompile_limit, job=job, cache=cache)
     if not callable(fn):
         raise TypeError(f"thunder_core.jit expects a function or an nn.Module, got {type(fn).__qualname__}")
-    return ThunderFunction(fn, recompile_limit=recompile_limit, job=job)
+    return ThunderFunction(fn, recompile_limit=recompile_limit, job=job, cache=cache)

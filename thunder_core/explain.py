@@ -67,4 +67,10 @@ def explain(jfn) -> Explanation:
             )
     executors = job.executor_names if job is not None else ["torch"]
     not_used = dict(job.not_used) if job is not None else {}
-    return Explanation(executors, not_used, reports, list(compiled.notes))
+    notes = list(compiled.notes)
+    for trace in executed:
+        for bsym in trace.bound_symbols:
+            failure = getattr(bsym.impl, "failure", None)
+            if failure:
+                notes.append(f"{bsym.symbol.printed_name} ({trace.function_name}): {failure}; torch ran it instead")
+    return Explanation(executors, not_used, reports, notes)

@@ -11,6 +11,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from thunder_core.capture.mode import CaptureMode
+from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.trace import Provenance, Trace
@@ -31,11 +32,17 @@ _PLAIN_LEAVES = (
 
 
 def _identifier(path: str) -> str:
-    name = re.sub(r"[^0-9a-zA-Z_]", "_", path).strip("_") or "arg"
+    """A Python identifier made of ``path``'s ASCII letters, digits and underscores.
+
+    Never starts with a digit or an underscore (names starting with ``_`` are the
+    generated globals'), never a keyword or a reserved module name.
+    """
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", path.encode("ascii", "replace").decode()).strip("_")
+    name = re.sub(r"__+", "_", name) or "arg"
     if name[0].isdigit():
-        name = "_" + name
-    if keyword.iskeyword(name) or name in RESERVED_NAMES or name.startswith("_"):
-        name = name.lstrip("_") + "_" if name.lstrip("_") else "arg_"
+        name = "p" + name
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED_NAMES:
+        name += "_"
     return name
 
 
@@ -73,6 +80,34 @@ class _InputBuilder:
         return x
 
 
+class TensorLifter:
+    """Turns real tensors met during capture (module attributes, globals, closures) into inputs.
+
+    Their data is read on every call (an in-place change is seen); where they came from is
+    guarded by identity, so a new tensor in their place recompiles.
+    """
+
+    def __init__(self, builder: _InputBuilder, paths: dict[int, str]):
+        self._builder = builder
+        self._paths = paths
+        self.lifted: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+
+    def __call__(self, x):
+        if type(x) is TensorProxy or not isinstance(x, torch.Tensor) or x.device.type == "meta":
+            return x
+        found = self.lifted.get(id(x))
+        if found is None:
+            name = self._builder._name(self._paths.get(id(x), "constant"))
+            proxy = TensorProxy(name, x.shape, x.dtype, x.device, x.requires_grad, x.stride())
+            self._builder.inputs.append(proxy)
+            found = self.lifted[id(x)] = (x, proxy)
+        return found[1]
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return [tensor for tensor, _ in self.lifted.values()]
+
+
 @contextmanager
 def _compiling():
     """``torch.compiler.is_compiling()`` is True while capturing, as under torch.compile.
@@ -107,12 +142,18 @@ def capture(
     positional_names: list[str],
     extra_inputs: list[tuple[str, torch.Tensor]] = (),
     extra_binder=None,
-) -> Trace:
+    guard_builder=None,
+) -> tuple[Trace, list[torch.Tensor]]:
     """Run ``fn(*args, **kwargs)`` on proxies and return the trace of what it did.
 
     ``extra_inputs`` (name, tensor) pairs become trace inputs after the arguments;
     ``extra_binder(proxies)`` is a context manager that makes ``fn`` see those proxies
     (``jit(module)`` swaps parameters and buffers in this way).
+
+    Returns the trace and the real tensors the function used that were not among its inputs
+    (module attributes, globals, closures): they are the trace's last inputs. With a
+    ``guard_builder``, the globals read by the user code that runs are guarded as they were
+    before that code ran.
     """
     start = time.perf_counter()
     builder = _InputBuilder()
@@ -123,10 +164,18 @@ def capture(
     proxy_kwargs = {k: builder.proxify(v, k) for k, v in kwargs.items()}
     extra_proxies = [builder.proxify(t, name) for name, t in extra_inputs]
 
+    paths = guard_builder.tensor_paths if guard_builder is not None else {}
+    lifter = TensorLifter(builder, paths)
     recorder = Recorder(Namer(builder.taken), top_level=True)
     binder = extra_binder(extra_proxies) if extra_binder is not None else nullcontext()
-    with binder, _compiling(), record_scope(recorder), CaptureMode():
+    reads = (
+        ExecutedUserCode(lambda code, g: guard_builder.globals_of(code, g, global_chains(code)))
+        if guard_builder is not None
+        else nullcontext()
+    )
+    with binder, _compiling(), record_scope(recorder), CaptureMode(lifter), reads:
         out = fn(*proxy_args, **proxy_kwargs)
+    recorder.namer.taken.update(builder.taken)
 
     treespec = None
     if not _is_plain(out):
@@ -139,10 +188,11 @@ def capture(
                     "tuples, lists, dicts or dataclasses registered with torch.utils._pytree."
                 )
         out = flat
-    return Trace(
+    trace = Trace(
         inputs=builder.inputs,
         bound_symbols=recorder.bound_symbols,
         output=out,
         provenance=Provenance("capture", time.perf_counter() - start),
         output_treespec=treespec,
     )
+    return trace, lifter.tensors

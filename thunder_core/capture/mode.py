@@ -8,6 +8,7 @@ from torch.overrides import TorchFunctionMode
 from thunder_core.capture.source import user_location
 from thunder_core.errors import DataDependentError
 from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.tree import tree_map
 from thunder_core.ops.registry import lookup, opaque_symbol
 
 T = torch.Tensor
@@ -62,7 +63,14 @@ def data_dependent_error(what: str) -> DataDependentError:
 
 
 class CaptureMode(TorchFunctionMode):
-    """Routes torch calls to thunder_core symbols; unknown ones become opaque calls."""
+    """Routes torch calls to thunder_core symbols; unknown ones become opaque calls.
+
+    ``lift`` maps a real tensor (one not made during capture) to the proxy that stands for it.
+    """
+
+    def __init__(self, lift=None):
+        super().__init__()
+        self._lift = lift
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -71,6 +79,8 @@ class CaptureMode(TorchFunctionMode):
         reason = _DATA_DEPENDENT.get(func)
         if reason is not None:
             raise data_dependent_error(reason)
+        if self._lift is not None:
+            args, kwargs = tree_map(self._lift, args), tree_map(self._lift, kwargs)
         if func is T.__repr__ or func is T.__format__ or func is T.__str__:
             return repr(args[0]) if isinstance(args[0], TensorProxy) else func(*args, **kwargs)
         if func is T.__iter__:

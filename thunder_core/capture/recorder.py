@@ -39,6 +39,15 @@ def _proxies(tree) -> list:
     return [x for x in leaves(tree) if isinstance(x, PROXY_TYPES)]
 
 
+# Factories whose output dtype and device come from ambient state (the default dtype and device)
+# when not given: the recorded call names them, so a trace never depends on that state.
+_FACTORIES = frozenset(
+    {"zeros", "ones", "full", "empty", "rand", "randn", "randint", "randperm", "arange", "linspace",
+     "logspace", "eye", "tensor", "as_tensor", "scalar_tensor", "empty_strided", "tril_indices",
+     "triu_indices", "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window"}
+)  # fmt: skip
+
+
 def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
 
@@ -80,6 +89,11 @@ class Recorder:
         output = self.outputs(symbol, args, kwargs)
         if symbol.has_tag(OPAQUE) and not symbol.has_tag(INPLACE) and not _proxies(output):
             return output  # a metadata query such as x.is_contiguous(): nothing to record
+        if symbol.name in _FACTORIES and not symbol.is_prim and isinstance(output, TensorProxy) and kwargs.get("out") is None:
+            if kwargs.get("dtype") is None:
+                kwargs["dtype"] = output.dtype
+            if kwargs.get("device") is None:
+                kwargs["device"] = output.device
         subsymbols = []
         if symbol.decomposition is not None and not symbol.has_tag(INPLACE):
             subsymbols = self.decompose(symbol, args, kwargs, output)

@@ -190,8 +190,6 @@ class FusionExecutor(Executor):
     def __init__(self, name: str, *, version: str | None = None):
         super().__init__(name, version=version)
         self.supported: dict[Symbol, Implementation] = {}
-        self._region_counter = 0
-        self.given_back: dict[str, str] = {}  # output name -> why its region went to torch
 
     def region_weight(self, region: list[BoundSymbol]) -> int:
         """How much work a region holds, compared with ``min_region_size`` (default: its length)."""

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from thunder_core.errors import ThunderCoreError
 from thunder_core.executors import python_executor, torch_executor
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
+from thunder_core.executors.failures import FirstCall, report_failure
+from thunder_core.executors.fusion import operations
 from thunder_core.ir.symbols import PYTHON, BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 
@@ -39,7 +41,13 @@ def _check(executor, bsym) -> bool | Rejection:
 
 def _claim(executor, bsym: BoundSymbol) -> BoundSymbol:
     if isinstance(executor, OperatorExecutor):
-        return executor.claimed(bsym)
+        claimed = executor.claimed(bsym)
+        if bsym.symbol.impl is None:
+            return claimed
+        guarded = FirstCall(
+            claimed.impl, lambda: bsym.symbol.impl, executor.name, operations([bsym])
+        )
+        return claimed.replace(impl=guarded)
     if isinstance(executor, FusionExecutor):
         return bsym.replace(executor=executor.name, impl=None)  # fused later by its fusion_pass
     return (
@@ -97,14 +105,25 @@ def assign_executors(trace: Trace, executors=None, options: dict | None = None) 
     result = trace.with_bound_symbols(claimed, None)
     for executor in others:
         if isinstance(executor, FusionExecutor):
-            executor.given_back.clear()
-            result = executor.fusion_pass(result, (options or {}).get(executor.name, {}))
+            result.given_back = {}
+            if not any(b.executor == executor.name for b in result.bound_symbols):
+                continue
+            try:
+                result = executor.fusion_pass(result, (options or {}).get(executor.name, {}))
+            except Exception as error:  # the whole pass failed: torch runs what this executor claimed
+                mine = [b for b in result.bound_symbols if b.executor == executor.name]
+                reason = report_failure(executor.name, "in its fusion pass", operations(mine), error)
+                result = result.with_bound_symbols(
+                    [torch_executor.claim(b) if b.executor == executor.name else b for b in result.bound_symbols]
+                )
+                result.given_back = {
+                    p.name: reason for d in decisions if d.executor == executor.name for p in d.bsym.flat_outputs()
+                }
+            given_back = result.given_back
             for decision in decisions:
                 names = [p.name for p in decision.bsym.flat_outputs()]
-                if decision.executor == executor.name and any(n in executor.given_back for n in names):
-                    decision.declined[executor.name] = executor.given_back[
-                        next(n for n in names if n in executor.given_back)
-                    ]
+                if decision.executor == executor.name and any(n in given_back for n in names):
+                    decision.declined[executor.name] = given_back[next(n for n in names if n in given_back)]
                     decision.executor = torch_executor.NAME
     result.provenance = Provenance("assign_executors", time.perf_counter() - start)
     result.decisions = decisions

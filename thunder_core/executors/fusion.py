@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from thunder_core.executors import torch_executor
+from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.symbols import BoundSymbol, Symbol
 from thunder_core.ir.trace import Trace
@@ -29,36 +32,62 @@ def _region(bsyms: list[BoundSymbol], later: list[BoundSymbol], trace_outputs: s
     return Region(bsyms, inputs, outputs)
 
 
+def operations(bsyms: list[BoundSymbol]) -> str:
+    """``torch.add, torch.mul, ...``: the operations of a region, for messages."""
+    names = [b.symbol.printed_name for b in bsyms]
+    return ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+
+
+def torch_fallback(region) -> Callable:
+    """The region's operations run by the torch executor, as one callable."""
+    from thunder_core.ir.trace import Trace as _Trace
+
+    bsyms = [torch_executor.claim(b) for b in region.bound_symbols]
+    return _Trace(region.inputs, bsyms, tuple(region.outputs), function_name="torch_fallback").python_callable()
+
+
 def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> Trace:
+    """Replace each run of ``executor``'s claims by one compiled region.
+
+    Post: ``result.given_back`` maps the output names of claims that went back to torch to why.
+    """
     minimum = executor.min_region_size if min_region_size is None else min_region_size
     trace_outputs = {x.name for x in leaves(trace.output) if isinstance(x, PROXY_TYPES)}
     result: list[BoundSymbol] = []
     run: list[BoundSymbol] = []
     bsyms = trace.bound_symbols
+    given_back: dict[str, str] = {}
+    regions = 0
 
     def give_back(reason: str) -> None:
         for b in run:
             for p in b.flat_outputs():
-                executor.given_back[p.name] = reason
+                given_back[p.name] = reason
         result.extend(torch_executor.claim(b) for b in run)
 
     def flush(position: int) -> None:
         from thunder_core.executors.base import RegionNotSupported
 
+        nonlocal regions
         if not run:
             return
         if executor.region_weight(run) < minimum:
             give_back(f"a region of {len(run)} op(s) is below {executor.name}'s min_region_size ({minimum})")
         else:
             region = _region(list(run), bsyms[position:], trace_outputs)
-            name = f"{executor.name}_fusion_{executor._region_counter + 1}"
+            name = f"{executor.name}_fusion_{regions + 1}"
             try:
-                fn = executor.compile_region(region)
+                compiled = executor.compile_region(region)
             except RegionNotSupported as reason:
                 give_back(f"{executor.name} could not compile the region: {reason}")
                 run.clear()
                 return
-            executor._region_counter += 1
+            except Exception as error:
+                give_back(report_failure(executor.name, "compiling a region", operations(run), error))
+                run.clear()
+                return
+            regions += 1
+            fn = FirstCall(compiled, lambda region=region: torch_fallback(region), executor.name, operations(run))
             symbol = Symbol(name=name, impl=fn, printed_name=name)
             out = tuple(region.outputs)
             result.append(
@@ -75,4 +104,6 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
             flush(i)
             result.append(bsym)
     flush(len(bsyms))
-    return trace.with_bound_symbols(result, trace.provenance)
+    fused = trace.with_bound_symbols(result, trace.provenance)
+    fused.given_back = given_back
+    return fused

@@ -38,6 +38,9 @@ class PythonCode:
         code = compile(self.source, filename, "exec")
         namespace = dict(self.globals)
         exec(code, namespace)
+        for name, value in list(namespace.items()):
+            if hasattr(type(value), "attach_to_namespace"):  # a callable that rebinds itself once
+                value.attach_to_namespace(namespace, name)
         return namespace[self.function_name]
 
 

@@ -9,7 +9,10 @@ from typing import Any, NamedTuple
 
 import torch
 
+from thunder_core.errors import CaptureError
+from thunder_core.ir.proxies import TensorProxy
 from thunder_core.jit.cache_key import add_to_key, describe
+from thunder_core.jit.guards import GuardBuilder
 from thunder_core.jit.pipeline import Compiled, compile_function
 
 Tensor = torch.Tensor
@@ -18,12 +21,21 @@ _is_grad_enabled = torch.is_grad_enabled
 DEFAULT_RECOMPILE_LIMIT = 8
 
 
+CACHE_MODES = ("guarded", "same input")
+
+
 class CacheInfo(NamedTuple):
-    """Cache statistics of one jitted function."""
+    """Cache statistics of one jitted function.
+
+    ``reasons`` says, per compiled entry in order, why it was compiled: the first call, or
+    what changed (an input's metadata, a guarded Python value, torch state) since an
+    earlier entry was compiled.
+    """
 
     hits: int
     misses: int
     entries: int
+    reasons: tuple[str, ...] = ()
 
 
 def _positional_names(fn) -> list[str]:
@@ -41,23 +53,38 @@ def _positional_names(fn) -> list[str]:
 class ThunderFunction:
     """A function compiled by ``thunder_core.jit``; call it like the original."""
 
-    def __init__(self, fn, *, recompile_limit: int = DEFAULT_RECOMPILE_LIMIT, state=None, job=None):
+    def __init__(
+        self,
+        fn,
+        *,
+        recompile_limit: int = DEFAULT_RECOMPILE_LIMIT,
+        state=None,
+        job=None,
+        cache: str = "guarded",
+        guard_root=None,
+    ):
+        if cache not in CACHE_MODES:
+            raise ValueError(f"thunder_core.jit: cache={cache!r} is not one of {', '.join(map(repr, CACHE_MODES))}")
         self._fn = fn
         self._job = job
         self._recompile_limit = recompile_limit
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
-        self._cache: dict[tuple, Any] = {}
-        self._compiled: dict[tuple, Compiled] = {}
+        self._guarded = cache == "guarded"
+        self._guard_root = fn if guard_root is None else guard_root
+        # key -> (guard check or None, callable, Compiled): the entry tried first for that key.
+        self._cache: dict[tuple, tuple] = {}
+        self._variants: dict[tuple, list[Compiled]] = {}  # key -> every entry compiled for it
+        self._entries: list[Compiled] = []
         self._descriptions: list[dict[str, str]] = []
         self._names = _positional_names(fn)
         self._hits = 0
         self._misses = 0
-        self._last_key = None
+        self._last: Compiled | None = None
         self._warned = False
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
-        # The hot path: a key from the inputs' metadata, one dict lookup, one call.
+        # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
         key = [_is_grad_enabled()]
         if not kwargs and self._state is None:
             for a in args:
@@ -70,12 +97,21 @@ class ThunderFunction:
             else:
                 key = tuple(key)
                 entry = self._cache.get(key)
-                if entry is not None:
+                if entry is not None and (entry[0] is None or entry[0]() is None):
                     self._hits += 1
-                    self._last_key = key
-                    return entry(*args)
+                    self._last = entry[2]
+                    return entry[1](*args)
                 return self._miss(key, args, args, kwargs)
             key = [key[0]]
+        key, leaves = self._key(key, args, kwargs)
+        entry = self._cache.get(key)
+        if entry is not None and (entry[0] is None or entry[0]() is None):
+            self._hits += 1
+            self._last = entry[2]
+            return entry[1](*leaves)
+        return self._miss(key, leaves, args, kwargs)
+
+    def _key(self, key: list, args, kwargs) -> tuple[tuple, list]:
         leaves: list = []
         key.append(len(args))
         names = self._names
@@ -89,13 +125,7 @@ class ThunderFunction:
             key.append(self._state.key())
             for t in self._state.tensors():
                 add_to_key(t, key, leaves, "state")
-        key = tuple(key)
-        entry = self._cache.get(key)
-        if entry is not None:
-            self._hits += 1
-            self._last_key = key
-            return entry(*leaves)
-        return self._miss(key, leaves, args, kwargs)
+        return tuple(key), leaves
 
     def _describe(self, args, kwargs) -> dict[str, str]:
         out = {"grad mode": "enabled" if torch.is_grad_enabled() else "disabled"}
@@ -107,54 +137,133 @@ class ThunderFunction:
             out.update(self._state.describe())
         return out
 
+    def _why_recompile(self, key, description: dict[str, str]) -> str:
+        """What changed since an earlier entry: a guarded value under the same key, else the inputs."""
+        variants = self._variants.get(key)
+        if variants:
+            latest = variants[-1]
+            failure = latest.guard.check() if latest.guard is not None else None
+            if failure is not None:
+                return latest.guard.describe(failure)
+        if not self._descriptions:
+            return "first call"
+        previous = self._descriptions[-1]
+        changes = [
+            f"{path}: {previous.get(path, '(absent)')} -> {description.get(path, '(absent)')}"
+            for path in sorted(set(previous) | set(description))
+            if previous.get(path) != description.get(path)
+        ]
+        return "; ".join(changes) or "inputs changed"
+
     def _miss(self, key, leaves, args, kwargs):
         self._misses += 1
+        for compiled in reversed(self._variants.get(key, ())):
+            if compiled.guard is None or compiled.guard.check() is None:
+                return self._use(key, compiled, leaves)
         description = self._describe(args, kwargs)
-        if len(self._compiled) >= self._recompile_limit:
-            self._warn_recompiles(description)
+        reason = self._why_recompile(key, description)
+        if len(self._entries) >= self._recompile_limit:
+            self._warn_recompiles(reason)
             return self._fn(*args, **kwargs)
-        extra_inputs = self._state.named_tensors() if self._state is not None else ()
-        binder = self._state.binder if self._state is not None else None
+        if self._state is not None and self._state.refresh():
+            key, leaves = self._key([key[0]], args, kwargs)  # parameters or buffers were added or removed
+        compiled = self._compile(args, kwargs)
+        compiled.reason = reason
+        self._variants.setdefault(key, []).append(compiled)
+        self._entries.append(compiled)
+        self._descriptions.append(description)
+        return self._use(key, compiled, leaves)
+
+    def _compile(self, args, kwargs) -> Compiled:
+        builder = None
+        if self._guarded:
+            builder = GuardBuilder()
+            if self._state is not None:
+                builder.root_state_modules = self._state.module_ids()
+            builder.ambient_state()
+            builder.contents(self._guard_root, _root_name(self._guard_root))
         compiled = compile_function(
             self._fn,
             args,
             kwargs,
             positional_names=self._names,
-            extra_inputs=extra_inputs,
-            extra_binder=binder,
+            extra_inputs=self._state.named_tensors() if self._state is not None else (),
+            extra_binder=self._state.binder if self._state is not None else None,
             job=self._job,
+            guard_builder=builder,
         )
-        self._compiled[key] = compiled
-        self._cache[key] = compiled.callable
-        self._descriptions.append(description)
-        self._last_key = key
+        if builder is not None:
+            compiled.guard = builder.build()
+            check_side_effects(compiled, builder.namespaces)
+        return compiled
+
+    def _use(self, key, compiled: Compiled, leaves):
+        check = compiled.guard.check if compiled.guard is not None and len(compiled.guard) else None
+        self._cache[key] = (check, compiled.callable, compiled)
+        self._last = compiled
         return compiled.callable(*leaves)
 
-    def _warn_recompiles(self, description: dict[str, str]) -> None:
+    def _warn_recompiles(self, reason: str) -> None:
         if self._warned:
             return
         self._warned = True
-        changes = []
-        for old in self._descriptions[-3:]:
-            for path in sorted(set(old) | set(description)):
-                if old.get(path) != description.get(path):
-                    changes.append(
-                        f"  {path}: {old.get(path, '(absent)')} -> {description.get(path, '(absent)')}"
-                    )
-        changed = "\n".join(dict.fromkeys(changes)) or "  (nothing visible in the arguments)"
+        recent = [c.reason for c in self._entries[-3:]] + [reason]
+        changed = "\n".join(f"  {r}" for r in dict.fromkeys(recent))
         name = getattr(self._fn, "__qualname__", repr(self._fn))
         warnings.warn(
-            f"thunder_core.jit: {name} was compiled {len(self._compiled)} times (recompile_limit="
-            f"{self._recompile_limit}); new input signatures now run eagerly, uncompiled. What kept "
-            f"changing:\n{changed}\nKeep these stable, or raise recompile_limit in thunder_core.jit(...).",
+            f"thunder_core.jit: {name} was compiled {len(self._entries)} times (recompile_limit="
+            f"{self._recompile_limit}); new input signatures and changed Python values now run eagerly, "
+            f"uncompiled. What kept changing:\n{changed}\nKeep these stable, or raise recompile_limit in "
+            "thunder_core.jit(...).",
             stacklevel=3,
         )
 
     # Inspection.
     def cache_info(self) -> CacheInfo:
-        return CacheInfo(self._hits, self._misses, len(self._compiled))
+        return CacheInfo(self._hits, self._misses, len(self._entries), tuple(c.reason for c in self._entries))
 
     def last_compiled(self) -> Compiled | None:
-        if self._last_key is None:
-            return None
-        return self._compiled.get(self._last_key)
+        return self._last
+
+
+def _root_name(root) -> str:
+    if isinstance(root, torch.nn.Module):
+        return "model"
+    return getattr(root, "__qualname__", None) or getattr(root, "__name__", None) or type(root).__qualname__
+
+
+def check_side_effects(compiled: Compiled, namespaces) -> None:
+    """Refuse a capture that stored a traced tensor into Python state; note other changes it made.
+
+    Python values the function changes while it runs (a counter in ``self``, a global) were
+    guarded as they were before the call, so the next call sees the change and recompiles, as
+    eager would run the function anew. A traced tensor left in such state is an error: it
+    is a stand-in without data, and the side effect cannot be replayed by the trace.
+    """
+    guard = compiled.guard
+    changed = guard.failures()
+    leaked = [what for index, current in changed if _holds_proxy(current) for what in [guard.descriptions[index][0]]]
+    for namespace, owner in namespaces:
+        leaked += [f"{owner}.{key}" for key, value in list(namespace.items()) if _holds_proxy(value)]
+    if leaked:
+        raise CaptureError(
+            f"thunder_core.jit: while being captured, the function stored a tensor it computed into "
+            f"{leaked[0]}. A compiled trace cannot replay this Python side effect. Ways out: update an "
+            "existing tensor (a registered buffer) in place, e.g. self.buf.copy_(new); return the tensor "
+            "instead; or leave this function un-jitted."
+        )
+    if changed:
+        described = "; ".join(guard.describe(f) for f in changed[:3])
+        compiled.notes.append(
+            f"guards: the function changed Python state it reads ({described}); the next call recompiles"
+        )
+
+
+def _holds_proxy(value, depth: int = 0) -> bool:
+    if isinstance(value, TensorProxy):
+        return True
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return any(_holds_proxy(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict):
+        return any(_holds_proxy(v, depth + 1) for v in value.values())
+    return False

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from thunder_core.errors import CaptureError
 from thunder_core.jit.function import ThunderFunction
 
 
@@ -20,13 +21,35 @@ class _ModuleState:
 
     def __init__(self, module: nn.Module):
         self.module = module
-        self.slots = []  # (owner module, "_parameters" | "_buffers", attribute, full name)
-        for prefix, owner in module.named_modules(remove_duplicate=False):
+        self.slots: list = []  # (owner module, "_parameters" | "_buffers", attribute, full name)
+        self._training: list[nn.Module] = []
+        self._structure = None
+        self.refresh()
+
+    def _current_structure(self) -> tuple:
+        return tuple(
+            (id(owner), tuple(owner._parameters), tuple(owner._buffers), tuple(owner._modules))
+            for owner in self.module.modules()
+        )
+
+    def refresh(self) -> bool:
+        """Re-read the module tree; True if parameters, buffers or submodules changed since last time."""
+        structure = self._current_structure()
+        if structure == self._structure:
+            return False
+        self._structure = structure
+        self.slots = []
+        for prefix, owner in self.module.named_modules(remove_duplicate=False):
             for kind in ("_parameters", "_buffers"):
                 for attr, tensor in getattr(owner, kind).items():
                     if tensor is not None:
                         self.slots.append((owner, kind, attr, f"{prefix}.{attr}" if prefix else attr))
-        self._training = [m for _, m in module.named_modules()]
+        self._training = [m for _, m in self.module.named_modules()]
+        return True
+
+    def module_ids(self) -> set[int]:
+        """The modules whose parameters and buffers are inputs and whose ``training`` is in the key."""
+        return {id(m) for m in self._training}
 
     def tensors(self) -> list[torch.Tensor]:
         return [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
@@ -46,13 +69,22 @@ class _ModuleState:
     @contextmanager
     def binder(self, proxies):
         saved = [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
+        replaced = []
         try:
             for (owner, kind, attr, _), proxy in zip(self.slots, proxies):
                 getattr(owner, kind)[attr] = proxy
             yield
         finally:
-            for (owner, kind, attr, _), tensor in zip(self.slots, saved):
+            for (owner, kind, attr, name), tensor, proxy in zip(self.slots, saved, proxies):
+                if getattr(owner, kind).get(attr) is not proxy:
+                    replaced.append(f"{name} ({kind[1:-1]})")
                 getattr(owner, kind)[attr] = tensor
+        if replaced:
+            raise CaptureError(
+                f"thunder_core.jit: the forward assigns a new tensor to {', '.join(replaced)}. A compiled "
+                "trace cannot replay that assignment. Update the tensor in place instead "
+                "(self.buf.copy_(new), self.count.add_(1)), or leave this module un-jitted."
+            )
 
 
 class ThunderModule(nn.Module):
@@ -67,7 +99,7 @@ class ThunderModule(nn.Module):
         super().__init__()
         self._model = module
         self._state = _ModuleState(module)
-        self._forward = ThunderFunction(self._call_original, state=self._state, **options)
+        self._forward = ThunderFunction(self._call_original, state=self._state, guard_root=module, **options)
 
     def _call_original(self, *args, **kwargs):
         return self._model(*args, **kwargs)

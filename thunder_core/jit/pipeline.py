@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
 from thunder_core.executors.claiming import assign_executors
+from thunder_core.executors.failures import strictness
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.jit.autograd import TrainingProgram
+from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled, autocast_transform
 from thunder_core.transforms.dce import dce
 from thunder_core.transforms.delete_last_used import delete_last_used
 from thunder_core.transforms.rematerialize import rematerialize
@@ -30,6 +32,8 @@ class Compiled:
     traces: list[Trace]
     backward_traces: list[Trace] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    guard: object = None  # thunder_core.jit.guards.Guard, or None when nothing is guarded
+    reason: str = ""  # why this entry was compiled (what changed since the previous one)
 
 
 def _torch_only(job):
@@ -58,26 +62,58 @@ def _run_passes(trace: Trace, job, stage: str) -> list[Trace]:
 def _lower(trace: Trace, job) -> list[Trace]:
     executors = job.executors if job is not None else None
     options = job.executor_options if job is not None else None
+    strict = bool(job is not None and job.config is not None and job.config.strict)
     traces = [dce(trace)]
-    traces.append(assign_executors(traces[-1], executors, options))
+    with strictness(strict):
+        traces.append(assign_executors(traces[-1], executors, options))
     traces += _run_passes(traces[-1], job, "after_executors")
     traces.append(delete_last_used(traces[-1]))
     traces[-1].decisions = traces[1].decisions
     return traces
 
 
+def _with_lifted(program, lifted: list):
+    """``program`` called with the captured real tensors appended to the call's inputs."""
+    if not lifted:
+        return program
+    lifted = tuple(lifted)
+
+    def run(*leaves):
+        return program(*leaves, *lifted)
+
+    return run
+
+
 def compile_function(
-    fn, args, kwargs, *, positional_names, extra_inputs=(), extra_binder=None, job=None
+    fn, args, kwargs, *, positional_names, extra_inputs=(), extra_binder=None, job=None, guard_builder=None
 ) -> Compiled:
-    captured = capture(
+    """Capture ``fn`` on these arguments, transform and lower the trace, and compile it.
+
+    Inside ``torch.autocast``, the program is captured and compiled with autocast off and
+    autocast's casts become explicit ops of the trace (so every executor sees the dtypes that
+    really flow); running the result under the same autocast changes nothing.
+    """
+    ambient = ambient_autocast()
+    with autocast_disabled(ambient):
+        return _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job, guard_builder, ambient)
+
+
+def _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job, guard_builder, ambient):
+    captured, lifted = capture(
         fn,
         args,
         kwargs,
         positional_names=positional_names,
         extra_inputs=extra_inputs,
         extra_binder=extra_binder,
+        guard_builder=guard_builder,
     )
-    traces = [captured, dce(captured)]
+    if guard_builder is not None:
+        guard_builder.lifted_tensors(lifted)
+    traces = [captured]
+    if ambient:
+        traces.append(autocast_transform(captured, ambient, name="autocast (torch.autocast around the call)"))
+    traces.append(dce(traces[-1]))
     traces += _run_passes(traces[-1], job, "after_capture")
     prepared = traces[-1]
     notes = []
@@ -103,10 +139,10 @@ def compile_function(
                 captured.output_treespec,
             )
             return Compiled(
-                program,
+                _with_lifted(program, lifted),
                 [*traces, split.forward, *extra, *forward_traces],
                 [split.backward, *backward_traces],
                 notes,
             )
     traces += _lower(prepared, job)
-    return Compiled(traces[-1].python_callable(), traces, notes=notes)
+    return Compiled(_with_lifted(traces[-1].python_callable(), lifted), traces, notes=notes)

@@ -66,6 +66,8 @@ def build_job(config: JobConfig) -> Job:
 
     if config.strict:
         for info in manager.plugins.values():
+            if info.name in config.disabled:
+                continue  # disabled by the user: its problems are not this job's
             manager.probe(info)
             if info.status in PROBLEMS:
                 raise PluginError(f"THUNDER_CORE_STRICT: {info.explanation()}")

@@ -1,0 +1,383 @@
+"""Gotchas: programs that change something between calls, or use what real models use.
+
+Every case runs the program eagerly and jitted, call after call, changing what eager would see
+(globals, closures, module and config attributes, train/eval, hooks, torch state, parameters'
+requires_grad), and asserts eager's results on every call or a clear error. Each case runs
+with the torch executor alone and with the default CPU executors (Inductor, Numba).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+import thunder_core
+from thunder_core.errors import CaptureError
+
+DEFAULT_EXECUTORS = ["inductor", "numba", "torch"]
+
+
+@pytest.fixture(params=["torch", "default"])
+def executors(request):
+    """The executor lists every gotcha runs with: torch alone, and the default CPU executors."""
+    return ["torch"] if request.param == "torch" else DEFAULT_EXECUTORS
+
+
+def assert_same(actual, expected):
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+# Globals and closures.
+SCALE = 2.0
+OFFSETS = {"bias": 1.0}
+
+
+@dataclass
+class Settings:
+    power: int = 2
+    activation: str = "relu"
+
+
+SETTINGS = Settings()
+
+
+def scaled(a):
+    return a * SCALE + OFFSETS["bias"]
+
+
+def test_a_changed_global_recompiles(executors):
+    global SCALE
+    jf = thunder_core.jit(scaled, executors=executors)
+    x = torch.ones(3)
+    try:
+        for value in (2.0, 3.0, 2.0, -1.5):
+            SCALE = value
+            assert_same(jf(x), scaled(x))
+        OFFSETS["bias"] = 5.0
+        assert_same(jf(x), scaled(x))
+    finally:
+        SCALE, OFFSETS["bias"] = 2.0, 1.0
+    assert any("SCALE" in r for r in thunder_core.cache_info(jf).reasons)
+    assert any("OFFSETS" in r for r in thunder_core.cache_info(jf).reasons)
+
+
+def test_the_issue_example_global_in_a_lambda():
+    namespace = {"torch": torch}
+    exec("scale = 2.0\nfn = lambda a: a * scale", namespace)
+    jf = thunder_core.jit(namespace["fn"])
+    assert_same(jf(torch.ones(3)), torch.full((3,), 2.0))
+    namespace["scale"] = 3.0
+    assert_same(jf(torch.ones(3)), torch.full((3,), 3.0))
+
+
+def test_a_changed_closure_variable_recompiles(executors):
+    scale = 2
+
+    def fn(a):
+        return a * scale
+
+    jf = thunder_core.jit(fn, executors=executors)
+    x = torch.arange(4.0)
+    for value in (2, 5, 2.5):
+        scale = value
+        assert_same(jf(x), fn(x))
+    assert "scale (closure of" in thunder_core.cache_info(jf).reasons[-1]
+
+
+def test_global_config_object_attribute(executors):
+    def fn(a):
+        y = a**SETTINGS.power
+        return torch.relu(y) if SETTINGS.activation == "relu" else torch.tanh(y)
+
+    jf = thunder_core.jit(fn, executors=executors)
+    x = torch.randn(5)
+    try:
+        for power, activation in ((2, "relu"), (3, "relu"), (3, "tanh")):
+            SETTINGS.power, SETTINGS.activation = power, activation
+            assert_same(jf(x), fn(x))
+    finally:
+        SETTINGS.power, SETTINGS.activation = 2, "relu"
+
+
+def test_a_helper_function_reads_a_global():
+    def helper(a):
+        return a + SCALE
+
+    def fn(a):
+        return helper(a) * 2
+
+    global SCALE
+    jf = thunder_core.jit(fn)
+    x = torch.zeros(2)
+    try:
+        assert_same(jf(x), fn(x))
+        SCALE = 10.0
+        assert_same(jf(x), fn(x))
+    finally:
+        SCALE = 2.0
+
+
+def test_function_defaults_and_partial(executors):
+    def fn(a, *, factor=2.0):
+        return a * factor
+
+    jf = thunder_core.jit(functools.partial(fn, factor=3.0), executors=executors)
+    x = torch.ones(2)
+    assert_same(jf(x), x * 3.0)
+    jf.__wrapped__.keywords["factor"] = 4.0
+    assert_same(jf(x), x * 4.0)
+
+
+# Modules.
+class Configured(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.settings = Settings()
+        self.linear = nn.Linear(4, 4)
+        self.power = 2
+        self.gain = 1.0
+
+    def forward(self, x):
+        y = self.linear(x) ** self.power * self.gain
+        return torch.relu(y) if self.settings.activation == "relu" else torch.tanh(y)
+
+
+def test_module_and_config_attributes_recompile(executors):
+    torch.manual_seed(0)
+    model = Configured()
+    jm = thunder_core.jit(model, executors=executors)
+    x = torch.randn(3, 4)
+    changes = [
+        lambda: None,
+        lambda: setattr(model, "power", 3),
+        lambda: setattr(model, "gain", 0.5),
+        lambda: setattr(model.settings, "activation", "tanh"),
+        lambda: setattr(model, "settings", Settings(activation="relu")),
+    ]
+    for change in changes:
+        change()
+        assert_same(jm(x), model(x))
+    reasons = thunder_core.cache_info(jm).reasons
+    assert reasons[0] == "first call"
+    assert "model.power: 2 -> 3" in reasons[1]
+    assert "model.settings.activation" in reasons[3]
+
+
+def test_train_eval_of_a_submodule(executors):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    jm = thunder_core.jit(model, executors=executors)
+    x = torch.randn(16, 8)
+    model.eval()
+    assert_same(jm(x), model(x))
+    model[1].train()  # only the dropout
+    out = jm(x)
+    assert not torch.equal(out, model.eval()(x)), "dropout must be active again"
+    model[1].p = 0.0  # a dropout probability of 0 is the identity, in train mode too
+    model[1].train()
+    assert_same(jm(x), model.eval()(x))
+
+
+def test_counter_in_forward_is_seen_every_call():
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return x * self.calls
+
+    eager, jitted = Counting(), Counting()
+    jm = thunder_core.jit(jitted, recompile_limit=4)
+    x = torch.ones(2)
+    with pytest.warns(UserWarning, match="calls"):
+        for _ in range(6):
+            assert_same(jm(x), eager(x))
+    assert jitted.calls == eager.calls == 6
+
+
+# Torch state.
+def test_default_dtype_and_autocast_and_grad_mode(executors):
+    def fn(a):
+        return (a @ a.T).relu(), torch.ones(a.shape[0])
+
+    jf = thunder_core.jit(fn, executors=executors)
+    x = torch.randn(4, 4)
+    assert jf(x)[0].dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert jf(x)[0].dtype == fn(x)[0].dtype == torch.bfloat16
+        assert_same(jf(x), fn(x))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert jf(x)[1].dtype == torch.float64
+        assert_same(jf(x), fn(x))
+    finally:
+        torch.set_default_dtype(previous)
+    w = torch.randn(4, 4, requires_grad=True)
+    with torch.no_grad():
+        assert not jf(w)[0].requires_grad
+    assert jf(w)[0].requires_grad
+
+
+def test_no_grad_and_enable_grad_regions_inside(executors):
+    def fn(w, x):
+        with torch.no_grad():
+            scale = (w * w).sum()
+        return (x @ w * scale).sum()
+
+    w = torch.randn(3, 3, requires_grad=True)
+    x = torch.randn(2, 3)
+    jf = thunder_core.jit(fn, executors=executors)
+    (expected,) = torch.autograd.grad(fn(w, x), w)
+    (actual,) = torch.autograd.grad(jf(w, x), w)
+    assert_same(actual, expected)
+
+
+# Hooks.
+def test_forward_hooks_registered_after_jit_and_removed(executors):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    jm = thunder_core.jit(model, executors=executors)
+    x = torch.randn(3, 4)
+    assert_same(jm(x), model(x))
+    handle = model[0].register_forward_hook(lambda m, inputs, out: out * 10)
+    pre = model[2].register_forward_pre_hook(lambda m, inputs: (inputs[0] + 1,))
+    assert_same(jm(x), model(x))
+    handle.remove()
+    assert_same(jm(x), model(x))
+    pre.remove()
+    assert_same(jm(x), model(x))
+    assert thunder_core.cache_info(jm).entries >= 3
+
+
+def test_a_hook_registered_before_jit():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 3)
+    model.register_forward_hook(lambda m, inputs, out: out.relu())
+    jm = thunder_core.jit(model)
+    x = torch.randn(5, 3)
+    assert_same(jm(x), model(x))
+    assert (jm(x) >= 0).all()
+
+
+# Parameters and tensors that are not parameters.
+def test_requires_grad_toggled_on_parameters(executors):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    reference = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    reference.load_state_dict(model.state_dict())
+    jm = thunder_core.jit(model, executors=executors)
+    x = torch.randn(6, 4)
+    for frozen in (False, True, False):
+        for m in (model, reference):
+            m[0].weight.requires_grad_(not frozen)
+            m.zero_grad()
+        jm(x).sum().backward()
+        reference(x).sum().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            if q.grad is None:
+                assert p.grad is None
+            else:
+                assert_same(p.grad, q.grad)
+
+
+class Masked(nn.Module):
+    """Holds a plain tensor attribute (not a parameter or buffer), like litgpt's mask_cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.mask = torch.ones(4)
+
+    def forward(self, x):
+        return self.linear(x) * self.mask + 1
+
+
+def test_plain_tensor_attribute_is_read_live_and_guarded(executors):
+    torch.manual_seed(0)
+    model = Masked()
+    jm = thunder_core.jit(model, executors=executors)
+    x = torch.randn(2, 4)
+    assert_same(jm(x), model(x))
+    model.mask[0] = 0.0  # in place: the trace reads the tensor's current data
+    assert_same(jm(x), model(x))
+    model.mask = torch.full((4,), 3.0)  # a new tensor: recompiles
+    assert_same(jm(x), model(x))
+    model.mask = torch.full((1,), 2.0)  # another shape
+    assert_same(jm(x), model(x))
+    assert "mask" in thunder_core.cache_info(jm).reasons[-1]
+    trace = thunder_core.last_traces(jm)[-1]
+    assert any("mask" in p.name for p in trace.inputs)
+
+
+GLOBAL_TABLE = torch.arange(6.0)
+
+
+def test_global_and_closure_tensors(executors):
+    table = torch.ones(6)
+
+    def fn(x):
+        return x * GLOBAL_TABLE + table
+
+    jf = thunder_core.jit(fn, executors=executors)
+    x = torch.randn(6)
+    assert_same(jf(x), fn(x))
+    table.mul_(2)
+    GLOBAL_TABLE.add_(1)
+    assert_same(jf(x), fn(x))
+    table = torch.zeros(6)  # noqa: F841  (rebinds the closure cell)
+    assert_same(jf(x), fn(x))
+    GLOBAL_TABLE.sub_(1)
+
+
+def test_global_tensor_that_requires_grad_gets_its_gradient():
+    w = torch.randn(3, requires_grad=True)
+
+    def fn(x):
+        return (x * w).sum()
+
+    x = torch.randn(3)
+    thunder_core.jit(fn)(x).backward()
+    assert_same(w.grad, x)
+
+
+# Side effects that cannot be replayed.
+def test_assigning_a_buffer_is_a_clear_error():
+    class Ema(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("average", torch.zeros(3))
+
+        def forward(self, x):
+            self.average = self.average * 0.9 + x * 0.1
+            return self.average
+
+    with pytest.raises(CaptureError, match="average.*in place"):
+        thunder_core.jit(Ema())(torch.ones(3))
+
+
+def test_storing_a_traced_tensor_in_an_attribute_is_a_clear_error():
+    class Caching(nn.Module):
+        def forward(self, x):
+            self.last = x * 2
+            return self.last + 1
+
+    with pytest.raises(CaptureError, match="last"):
+        thunder_core.jit(Caching())(torch.ones(3))
+
+
+def test_cache_same_input_skips_guards():
+    namespace = {}
+    exec("scale = 2.0\ndef fn(a):\n    return a * scale\n", namespace)
+    jf = thunder_core.jit(namespace["fn"], cache="same input")
+    assert_same(jf(torch.ones(2)), torch.full((2,), 2.0))
+    namespace["scale"] = 3.0
+    assert_same(jf(torch.ones(2)), torch.full((2,), 2.0))  # the documented risk of the opt-out
+    with pytest.raises(ValueError, match="cache="):
+        thunder_core.jit(namespace["fn"], cache="sometimes")

@@ -1,0 +1,97 @@
+"""An executor's failure is not the user's: failed compiles and failed first runs fall back to torch.
+
+When an executor raises while compiling a region (anything, not only ``RegionNotSupported``)
+or while running a region or an implementation for the first time, that work goes back to
+the torch executor, a warning names the executor, the operations and the error (once per
+executor, operations and error type), and ``explain`` shows it. Strict mode
+(``THUNDER_CORE_STRICT=1`` or ``strict = true`` in the config) raises ``ExecutorFailure``
+instead. Strictness is per compilation (a context variable), never state on an executor.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from thunder_core.errors import ThunderCoreError
+
+_strict: contextvars.ContextVar[bool] = contextvars.ContextVar("thunder_core_strict", default=False)
+_warned: set[tuple] = set()
+
+
+class ExecutorFailure(ThunderCoreError):
+    """An executor raised while compiling or running its part of a trace (strict mode)."""
+
+
+@contextmanager
+def strictness(strict: bool) -> Iterator[None]:
+    """Make executor failures errors (True) or warnings with a fallback (False) in this block."""
+    token = _strict.set(strict)
+    try:
+        yield
+    finally:
+        _strict.reset(token)
+
+
+def report_failure(executor: str, when: str, operations: str, error: BaseException) -> str:
+    """Raise in strict mode; else warn once and return the reason ``explain`` shows."""
+    reason = f"{executor} failed {when}: {type(error).__name__}: {error}"
+    if _strict.get():
+        raise ExecutorFailure(f"{reason} (operations: {operations}); strict mode is on") from error
+    key = (executor, when, operations, type(error))
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(
+            f"thunder_core: executor {executor!r} failed {when} ({operations}): {type(error).__name__}: "
+            f"{error}. These operations run with the torch executor instead. Set THUNDER_CORE_STRICT=1 to "
+            f"make this an error, or leave {executor!r} out of the job (THUNDER_CORE_DISABLE={executor}).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return reason
+
+
+class FirstCall:
+    """Calls ``fn``; if its first call raises, calls ``fallback()``'s result from then on.
+
+    After the first successful call the generated code calls ``fn`` directly: ``attach``
+    records where the generated code looks this object up (codegen calls ``attach_to_namespace``), and the first success rebinds it.
+    """
+
+    def __init__(self, fn: Callable, make_fallback: Callable[[], Callable], executor: str, operations: str):
+        self.fn = fn
+        self._make_fallback = make_fallback
+        self._executor = executor
+        self._operations = operations
+        self._strict = _strict.get()
+        self._slots: list[tuple[dict, str]] = []
+        self.failure: str | None = None
+        self.__name__ = getattr(fn, "__name__", "executor_call")
+
+    def attach_to_namespace(self, namespace: dict, name: str) -> None:
+        self._slots.append((namespace, name))
+
+    def _rebind(self, target: Callable) -> None:
+        for namespace, name in self._slots:
+            if namespace.get(name) is self:
+                namespace[name] = target
+
+    def __call__(self, *args, **kwargs):
+        try:
+            result = self.fn(*args, **kwargs)
+        except Exception as error:
+            token = _strict.set(self._strict)
+            try:
+                self.failure = report_failure(
+                    self._executor, "on its first run", self._operations, error
+                )
+            finally:
+                _strict.reset(token)
+            fallback = self._make_fallback()
+            self.fn = fallback
+            self._rebind(fallback)
+            return fallback(*args, **kwargs)
+        self._rebind(self.fn)
+        return result

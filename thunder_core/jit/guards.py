@@ -1,0 +1,413 @@
+"""Guards: the Python state a compiled trace was specialized on, checked before each cached call.
+
+Capture runs the user's Python once and bakes every Python value it reads into the trace:
+globals, closure variables, function defaults, attributes of modules and of plain objects
+(configs, dataclasses), the module tree and its hooks, and ambient torch state. Before the
+capture, ``GuardBuilder`` walks what the program can reach from those roots and records, for
+each value, a check:
+
+- immutable values (numbers, strings, None, dtypes, devices, enums, tuples of them) must be
+  equal and of the same type;
+- every other object must be the same object (``is``), and its contents are walked once:
+  module ``__dict__`` entries, child modules, parameter and buffer names, forward hooks;
+  plain objects' ``__dict__`` or slots; lists, dicts, sets; a function's closure cells and
+  defaults; a partial's function, arguments and keywords;
+- real tensors must be the same object; their data is read live (they become trace inputs);
+- ambient state: grad mode, autocast, default dtype, deterministic algorithms, TF32 flags
+  (PyTorch's ``GlobalStateGuard``), the torch function mode stack, the default device and the
+  global module hooks.
+
+The checks compile into one generated function (``Guard.source`` shows it) that returns
+``None`` when everything still holds, else ``(index, current value)`` of the first change,
+which ``Guard.describe`` turns into the sentence that ``cache_info`` and warnings show.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import itertools
+import sys
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from thunder_core.errors import CaptureError
+
+MISSING = type("Missing", (), {"__repr__": lambda self: "(absent)"})()
+
+_IMMUTABLE_TYPES = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    range,
+    torch.dtype,
+    torch.device,
+    torch.memory_format,
+    torch.layout,
+    type(Ellipsis),
+    type(NotImplemented),
+)
+# nn.Module attributes that hold torch's own bookkeeping, not program behaviour.
+_MODULE_INTERNALS = frozenset(
+    {
+        "_non_persistent_buffers_set",
+        "_state_dict_hooks",
+        "_state_dict_pre_hooks",
+        "_load_state_dict_pre_hooks",
+        "_load_state_dict_post_hooks",
+        "_is_full_backward_hook",
+        "_compiled_call_impl",
+    }
+)
+_MODULE_HOOKS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_forward_hooks_with_kwargs",
+    "_global_forward_hooks_always_called",
+)
+# Objects of these modules hold machinery (locks, handlers, streams), not program values.
+_OPAQUE_MODULES = ("logging", "threading", "_thread", "multiprocessing", "concurrent", "asyncio", "io")
+# Python modules whose attributes are not guarded (they do not change under a program).
+_STABLE_MODULES = frozenset(sys.stdlib_module_names) | {"torch", "thunder_core", "numpy", "typing_extensions"}
+MAX_CHECKS = 50_000
+
+
+def is_immutable(value) -> bool:
+    """A value compared by equality: numbers, strings, dtypes, enums, tuples of them..."""
+    if isinstance(value, _IMMUTABLE_TYPES) or isinstance(value, enum.Enum):
+        return True
+    if type(value) in (tuple, frozenset, torch.Size, slice):
+        items = (value.start, value.stop, value.step) if type(value) is slice else value
+        return all(is_immutable(item) for item in items)
+    return False
+
+
+class Guard:
+    """A compiled set of checks; ``check()`` is None while every guarded value is unchanged."""
+
+    def __init__(self, checks: list[tuple[str, str]], namespace: dict[str, Any], descriptions: list):
+        lines = ["def check():"]
+        every = ["def failures():", "    out = []"]
+        for index, (value, condition) in enumerate(checks):
+            lines += [f"    v = {value}", f"    if not ({condition}): return ({index}, v)"]
+            every += [
+                "    try:",
+                f"        v = {value}",
+                f"        if not ({condition}): out.append(({index}, v))",
+                "    except Exception as error:",
+                f"        out.append(({index}, error))",
+            ]
+        self.source = "\n".join(lines) + "\n    return None\n"
+        self.descriptions = descriptions
+        source = self.source + "\n" + "\n".join(every) + "\n    return out\n"
+        exec(compile(source, "<thunder_core guard>", "exec"), namespace)
+        self.check = namespace["check"]
+        self._failures = namespace["failures"]
+
+    def __len__(self) -> int:
+        return len(self.descriptions)
+
+    def failures(self) -> list[tuple[int, Any]]:
+        """Every check that no longer holds, as ``(index, current value)``."""
+        return self._failures()
+
+    def describe(self, failure: tuple[int, Any]) -> str:
+        """What changed, for a non-None result of ``check()``."""
+        index, current = failure
+        what, expected = self.descriptions[index]
+        return f"{what}: {_short(expected)} -> {_short(current)}"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _describe_object(value) -> str:
+    return f"<{type(value).__qualname__} object at {id(value):#x}>"
+
+
+class GuardBuilder:
+    """Walks Python state from roots and collects the checks of one ``Guard``."""
+
+    def __init__(self):
+        self._namespace: dict[str, Any] = {"MISSING": MISSING}
+        self._bound: dict[int, str] = {}
+        self._counter = itertools.count()
+        self._checks: list[tuple[str, str]] = []
+        self._emitted: set[tuple[str, str]] = set()
+        self._descriptions: list[tuple[str, Any]] = []
+        self._walked: set[int] = set()
+        self._keepalive: list = []  # objects whose ids are in _bound/_walked stay alive
+        self.tensor_paths: dict[int, str] = {}  # id of a real tensor -> where it was found
+        self.root_state_modules: set[int] = set()  # modules whose parameters/buffers are jit inputs
+        self.namespaces: list[tuple[dict, str]] = []  # attribute dicts and globals walked, for leak checks
+
+    # Emitting checks.
+    def bind(self, obj, prefix: str = "o") -> str:
+        name = self._bound.get(id(obj))
+        if name is None:
+            name = f"_{prefix}{next(self._counter)}"
+            self._namespace[name] = obj
+            self._bound[id(obj)] = name
+            self._keepalive.append(obj)
+        return name
+
+    def _emit(self, value_expr: str, condition: str, what: str, expected) -> None:
+        if len(self._descriptions) >= MAX_CHECKS:
+            raise CaptureError(
+                f"thunder_core.jit: the program reaches more than {MAX_CHECKS} Python values (last: {what}); "
+                "guarding them all would make every call slow. Pass the large state as tensors, or use "
+                "thunder_core.jit(..., cache='same input') if nothing but the inputs changes between calls."
+            )
+        if (value_expr, condition) in self._emitted:
+            return
+        self._emitted.add((value_expr, condition))
+        self._descriptions.append((what, expected))
+        self._checks.append((value_expr, condition))
+
+    def equal(self, expr: str, value, what: str) -> None:
+        if value is None or type(value) is bool:
+            self._emit(expr, f"v is {value!r}", what, value)
+            return
+        type_name = self.bind(type(value), "T")
+        if _literal(value):
+            self._emit(expr, f"type(v) is {type_name} and v == {value!r}", what, value)
+            return
+        constant = self.bind(value, "k")
+        self._emit(expr, f"v is {constant} or (type(v) is {type_name} and v == {constant})", what, value)
+
+    def same_object(self, expr: str, value, what: str) -> None:
+        if value is MISSING:
+            self._emit(expr, "v is MISSING", what, MISSING)
+            return
+        self._emit(expr, f"v is {self.bind(value)}", what, _describe_object(value))
+
+    def condition(self, expr: str, condition: str, what: str, expected) -> None:
+        self._emit(expr, condition, what, expected)
+
+    # Walking values.
+    def value(self, expr: str, value, what: str, depth: int = 0) -> None:
+        """Guard the value found at ``expr`` (source text evaluated on every check)."""
+        if is_immutable(value):
+            self.equal(expr, value, what)
+            return
+        self.same_object(expr, value, what)
+        self.contents(value, what, depth)
+
+    def contents(self, obj, what: str, depth: int = 0) -> None:
+        """Guard what ``obj`` holds (once per object; its identity is checked where it is found)."""
+        if id(obj) in self._walked or depth > 32:
+            return
+        self._walked.add(id(obj))
+        self._keepalive.append(obj)
+        name = self.bind(obj)
+        depth += 1
+        if isinstance(obj, torch.Tensor):
+            self.tensor_paths.setdefault(id(obj), what)
+        elif isinstance(obj, nn.Module):
+            self._module(obj, name, what, depth)
+        elif isinstance(obj, types.FunctionType):
+            self._function(obj, name, what, depth)
+        elif isinstance(obj, types.MethodType):
+            self.contents(obj.__self__, what.rsplit(".", 1)[0], depth)
+            self.contents(obj.__func__, what, depth)
+        elif isinstance(obj, functools.partial):
+            self.contents(obj.func, f"{what}.func", depth)
+            self.value(f"{name}.args", obj.args, f"{what}.args", depth)
+            self.value(f"{name}.keywords", obj.keywords, f"{what}.keywords", depth)
+        elif type(obj) is list or type(obj) is tuple:
+            if type(obj) is list:
+                self.condition(f"len({name})", f"v == {len(obj)}", f"len({what})", len(obj))
+            for i, item in enumerate(obj):
+                self.value(f"{name}[{i}]", item, f"{what}[{i}]", depth)
+        elif isinstance(obj, dict):
+            self._dict_items(name, obj, what, depth)
+        elif isinstance(obj, (set, frozenset)):
+            if all(is_immutable(x) for x in obj):
+                self.equal(f"frozenset({name})", frozenset(obj), what)
+        elif isinstance(obj, (type, types.ModuleType, types.BuiltinFunctionType, torch.Generator)):
+            pass  # the object itself is what matters; its identity is checked where it is found
+        elif type(obj).__module__.split(".")[0] in _OPAQUE_MODULES:
+            pass
+        else:
+            self._plain_object(obj, name, what, depth)
+
+    def _dict_items(self, name: str, d: dict, what: str, depth: int, attributes: bool = False) -> None:
+        keys = tuple(d)
+        if all(is_immutable(k) for k in keys):
+            self.equal(f"tuple({name})", keys, f"keys of {what}")
+        else:
+            self.condition(f"len({name})", f"v == {len(d)}", f"len({what})", len(d))
+        for key, item in d.items():
+            key_expr = repr(key) if _literal(key) else self.bind(key, "k")
+            where = f"{what}.{key}" if attributes else f"{what}[{key!r}]"
+            self.value(f"{name}.get({key_expr}, MISSING)", item, where, depth)
+
+    def _function(self, fn: types.FunctionType, name: str, what: str, depth: int) -> None:
+        for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            if cell_name == "__class__":
+                continue
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell (a name assigned later): nothing read yet
+                continue
+            cell_ref = self.bind(cell, "c")
+            self.value(f"{cell_ref}.cell_contents", content, f"{cell_name} (closure of {what})", depth)
+        if fn.__defaults__:
+            self.value(f"{name}.__defaults__", fn.__defaults__, f"defaults of {what}", depth)
+        if fn.__kwdefaults__:
+            self.value(f"{name}.__kwdefaults__", fn.__kwdefaults__, f"keyword defaults of {what}", depth)
+
+    def _plain_object(self, obj, name: str, what: str, depth: int) -> None:
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            d = self.bind(attributes, "d")
+            self.namespaces.append((attributes, what))
+            self._dict_items(d, attributes, what, depth, attributes=True)
+        for slot in _slots(type(obj)):
+            value = getattr(obj, slot, MISSING)
+            self.value(f"getattr({name}, {slot!r}, MISSING)", value, f"{what}.{slot}", depth)
+
+    def _module(self, module: nn.Module, name: str, what: str, depth: int) -> None:
+        attributes = module.__dict__
+        d = self.bind(attributes, "d")
+        self.namespaces.append((attributes, what))
+        self.condition(f"len({d})", f"v == {len(attributes)}", f"number of attributes of {what}", len(attributes))
+        tables = [(key, attributes.get(key, {})) for key in ("_parameters", "_buffers", "_modules")]
+        names = tuple(tuple(table) for _, table in tables)
+        self.equal(
+            "(" + ", ".join(f"tuple({self.bind(table, 'd')})" for _, table in tables) + ")",
+            names,
+            f"names of {what}'s parameters, buffers and submodules",
+        )
+        in_root_state = id(module) in self.root_state_modules
+        for key, table in tables:
+            for attr, item in table.items():
+                if key == "_modules" or item is None or not in_root_state:
+                    self.value(f"{self.bind(table, 'd')}.get({attr!r}, MISSING)", item, f"{what}.{attr}", depth)
+        empty_hooks = [attributes[k] for k in _MODULE_HOOKS if k in attributes and not attributes[k]]
+        if empty_hooks:
+            expr = "(" + " or ".join(self.bind(table, "d") for table in empty_hooks) + ")"
+            self.condition(expr, "not v", f"hooks of {what}", "none")
+        for key, item in attributes.items():
+            if key in _MODULE_INTERNALS or key in ("_parameters", "_buffers", "_modules"):
+                continue
+            if key in _MODULE_HOOKS:
+                if item:
+                    self._dict_items(self.bind(item, "d"), item, f"{what}.{key}", depth)
+            elif key != "training" or not in_root_state:  # training of jit(module)'s tree is in the key
+                self.value(f"{d}.get({key!r}, MISSING)", item, f"{what}.{key}", depth)
+        for cls in type(module).__mro__:
+            if cls is nn.Module or cls.__module__.startswith("torch."):
+                break
+            class_dict = self.bind(cls.__dict__, "d")
+            for key, item in vars(cls).items():
+                if not key.startswith("__") and is_immutable(item):
+                    self.equal(f"{class_dict}.get({key!r}, MISSING)", item, f"{cls.__qualname__}.{key}")
+
+    # Roots.
+    def globals_of(self, code: types.CodeType, module_globals: dict, global_chains) -> None:
+        """Guard the globals (and attributes of Python modules) that ``code`` reads."""
+        g = self.bind(module_globals, "g")
+        module_name = module_globals.get("__name__", "?")
+        if id(module_globals) not in self._walked:
+            self._walked.add(id(module_globals))
+            self.namespaces.append((module_globals, f"the globals of {module_name}"))
+        for chain in global_chains:
+            root = chain[0]
+            value = module_globals.get(root, MISSING)
+            where = f"global {root} (in {module_name})"
+            self.value(f"{g}.get({root!r}, MISSING)", value, where)
+            path = root
+            for attr in chain[1:]:
+                if not isinstance(value, types.ModuleType) or value.__name__.split(".")[0] in _STABLE_MODULES:
+                    break
+                owner = self.bind(vars(value), "g")
+                value = vars(value).get(attr, MISSING)
+                path = f"{path}.{attr}"
+                self.value(f"{owner}.get({attr!r}, MISSING)", value, f"global {path} (in {module_name})")
+
+    def ambient_state(self) -> None:
+        """Grad mode, autocast, default dtype and device, TF32/determinism flags, modes, global hooks."""
+        try:
+            from torch._C._dynamo.guards import GlobalStateGuard
+        except ImportError:  # pragma: no cover - every supported torch has it
+            state = _ambient_tuple()
+            self.equal("_ambient()", state, "torch state (grad, autocast, default dtype, determinism)")
+            self._namespace["_ambient"] = _ambient_tuple
+        else:
+            guard = GlobalStateGuard()
+            name = self.bind(guard, "state")
+            self.condition(
+                f"{name}.check()",
+                "v",
+                "torch state (grad mode, autocast, default dtype, determinism, TF32, threads)",
+                True,
+            )
+        self._namespace["_modes"] = torch._C._len_torch_function_stack
+        self.equal("_modes()", torch._C._len_torch_function_stack(), "number of active TorchFunctionModes")
+        context = torch._GLOBAL_DEVICE_CONTEXT  # a threading.local: its __dict__ is this thread's
+        current = context.__dict__.get("device_context")
+        self.value(f"{self.bind(context)}.__dict__.get('device_context')", current, "torch.set_default_device")
+        hooks = torch.nn.modules.module
+        tables = [getattr(hooks, key) for key in _GLOBAL_HOOKS]
+        if any(tables):
+            for key, table in zip(_GLOBAL_HOOKS, tables):
+                self._walked.discard(id(table))
+                self.contents(table, f"torch.nn.modules.module.{key}")
+        else:
+            expr = "(" + " or ".join(self.bind(t, "d") for t in tables) + ")"
+            self.condition(expr, "not v", "global module hooks (torch.nn.modules.module)", "none")
+
+    def lifted_tensors(self, tensors) -> None:
+        """Guard the metadata of real tensors the trace takes as inputs (their data is read live)."""
+        for t in tensors:
+            name = self.bind(t, "t")
+            metadata = (t.shape, t.dtype, t.device, t.requires_grad)
+            where = self.tensor_paths.get(id(t), "a tensor the function uses")
+            self.equal(f"({name}.shape, {name}.dtype, {name}.device, {name}.requires_grad)", metadata,
+                       f"shape, dtype, device, requires_grad of {where}")  # fmt: skip
+
+    def build(self) -> Guard:
+        return Guard(list(self._checks), self._namespace, list(self._descriptions))
+
+
+def _literal(value) -> bool:
+    return type(value) in (bool, int, str, type(None)) or (type(value) is float and value == value)
+
+
+def _slots(cls) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else [s for s in slots if s not in ("__dict__", "__weakref__")]
+    return names
+
+
+def _ambient_tuple() -> tuple:
+    return (
+        torch.is_grad_enabled(),
+        torch.get_default_dtype(),
+        torch.is_autocast_enabled("cpu"),
+        torch.get_autocast_dtype("cpu"),
+        torch.are_deterministic_algorithms_enabled(),
+    )
