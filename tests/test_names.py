@@ -38,7 +38,9 @@ class Named(nn.Module):
     def __init__(self, names: list[str]):
         super().__init__()
         self.layers = nn.ModuleDict({name: nn.Linear(3, 3) for name in names})
-        self.extras = nn.ParameterDict({name: nn.Parameter(torch.randn(3)) for name in names[: len(names) // 2]})
+        self.extras = nn.ParameterDict(
+            {name: nn.Parameter(torch.randn(3)) for name in names[: len(names) // 2]}
+        )
 
     def forward(self, x):
         out = x
@@ -84,7 +86,10 @@ def test_sequential_trains_like_eager():
     reference = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     reference.load_state_dict(model.state_dict())
     jm = thunder_core.jit(model)
-    opt, ref_opt = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(reference.parameters(), lr=0.1)
+    opt, ref_opt = (
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        torch.optim.SGD(reference.parameters(), lr=0.1),
+    )
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     for _ in range(3):
         for m, o in ((jm, opt), (reference, ref_opt)):

@@ -72,5 +72,7 @@ def explain(jfn) -> Explanation:
         for bsym in trace.bound_symbols:
             failure = getattr(bsym.impl, "failure", None)
             if failure:
-                notes.append(f"{bsym.symbol.printed_name} ({trace.function_name}): {failure}; torch ran it instead")
+                notes.append(
+                    f"{bsym.symbol.printed_name} ({trace.function_name}): {failure}; torch ran it instead"
+                )
     return Explanation(executors, not_used, reports, notes)

@@ -17,7 +17,7 @@ import os
 import sys
 import sysconfig
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 from types import CodeType
 
 import torch
@@ -30,7 +30,7 @@ _GLOBAL_LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
 _ATTR_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_user_code(filename: str) -> bool:
     """True for code outside torch, thunder_core and the standard library (installed libraries count)."""
     if filename.startswith(_NEVER_USER) or filename.startswith("<frozen"):

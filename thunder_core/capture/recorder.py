@@ -89,7 +89,12 @@ class Recorder:
         output = self.outputs(symbol, args, kwargs)
         if symbol.has_tag(OPAQUE) and not symbol.has_tag(INPLACE) and not _proxies(output):
             return output  # a metadata query such as x.is_contiguous(): nothing to record
-        if symbol.name in _FACTORIES and not symbol.is_prim and isinstance(output, TensorProxy) and kwargs.get("out") is None:
+        if (
+            symbol.name in _FACTORIES
+            and not symbol.is_prim
+            and isinstance(output, TensorProxy)
+            and kwargs.get("out") is None
+        ):
             if kwargs.get("dtype") is None:
                 kwargs["dtype"] = output.dtype
             if kwargs.get("device") is None:

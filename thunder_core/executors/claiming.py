@@ -44,9 +44,7 @@ def _claim(executor, bsym: BoundSymbol) -> BoundSymbol:
         claimed = executor.claimed(bsym)
         if bsym.symbol.impl is None:
             return claimed
-        guarded = FirstCall(
-            claimed.impl, lambda: bsym.symbol.impl, executor.name, operations([bsym])
-        )
+        guarded = FirstCall(claimed.impl, lambda: bsym.symbol.impl, executor.name, operations([bsym]))
         return claimed.replace(impl=guarded)
     if isinstance(executor, FusionExecutor):
         return bsym.replace(executor=executor.name, impl=None)  # fused later by its fusion_pass
@@ -114,10 +112,16 @@ def assign_executors(trace: Trace, executors=None, options: dict | None = None) 
                 mine = [b for b in result.bound_symbols if b.executor == executor.name]
                 reason = report_failure(executor.name, "in its fusion pass", operations(mine), error)
                 result = result.with_bound_symbols(
-                    [torch_executor.claim(b) if b.executor == executor.name else b for b in result.bound_symbols]
+                    [
+                        torch_executor.claim(b) if b.executor == executor.name else b
+                        for b in result.bound_symbols
+                    ]
                 )
                 result.given_back = {
-                    p.name: reason for d in decisions if d.executor == executor.name for p in d.bsym.flat_outputs()
+                    p.name: reason
+                    for d in decisions
+                    if d.executor == executor.name
+                    for p in d.bsym.flat_outputs()
                 }
             given_back = result.given_back
             for decision in decisions:

@@ -84,9 +84,7 @@ class FirstCall:
         except Exception as error:
             token = _strict.set(self._strict)
             try:
-                self.failure = report_failure(
-                    self._executor, "on its first run", self._operations, error
-                )
+                self.failure = report_failure(self._executor, "on its first run", self._operations, error)
             finally:
                 _strict.reset(token)
             fallback = self._make_fallback()

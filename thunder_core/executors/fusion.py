@@ -43,7 +43,9 @@ def torch_fallback(region) -> Callable:
     from thunder_core.ir.trace import Trace as _Trace
 
     bsyms = [torch_executor.claim(b) for b in region.bound_symbols]
-    return _Trace(region.inputs, bsyms, tuple(region.outputs), function_name="torch_fallback").python_callable()
+    return _Trace(
+        region.inputs, bsyms, tuple(region.outputs), function_name="torch_fallback"
+    ).python_callable()
 
 
 def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> Trace:
@@ -87,7 +89,9 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 run.clear()
                 return
             regions += 1
-            fn = FirstCall(compiled, lambda region=region: torch_fallback(region), executor.name, operations(run))
+            fn = FirstCall(
+                compiled, lambda region=region: torch_fallback(region), executor.name, operations(run)
+            )
             symbol = Symbol(name=name, impl=fn, printed_name=name)
             out = tuple(region.outputs)
             result.append(

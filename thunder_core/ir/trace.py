@@ -36,7 +36,9 @@ class Trace:
     provenance: Provenance | None = None
     output_treespec: Any = None
     decisions: list = field(default_factory=list, repr=False)  # set by assign_executors, read by explain
-    given_back: dict = field(default_factory=dict, repr=False)  # set by fusion passes: name -> why torch runs it
+    given_back: dict = field(
+        default_factory=dict, repr=False
+    )  # set by fusion passes: name -> why torch runs it
     _callable: Any = field(default=None, repr=False)
 
     def with_bound_symbols(

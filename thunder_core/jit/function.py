@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -64,7 +64,9 @@ class ThunderFunction:
         guard_root=None,
     ):
         if cache not in CACHE_MODES:
-            raise ValueError(f"thunder_core.jit: cache={cache!r} is not one of {', '.join(map(repr, CACHE_MODES))}")
+            raise ValueError(
+                f"thunder_core.jit: cache={cache!r} is not one of {', '.join(map(repr, CACHE_MODES))}"
+            )
         self._fn = fn
         self._job = job
         self._recompile_limit = recompile_limit
@@ -242,7 +244,9 @@ def check_side_effects(compiled: Compiled, namespaces) -> None:
     """
     guard = compiled.guard
     changed = guard.failures()
-    leaked = [what for index, current in changed if _holds_proxy(current) for what in [guard.descriptions[index][0]]]
+    leaked = [
+        what for index, current in changed if _holds_proxy(current) for what in [guard.descriptions[index][0]]
+    ]
     for namespace, owner in namespaces:
         leaked += [f"{owner}.{key}" for key, value in list(namespace.items()) if _holds_proxy(value)]
     if leaked:

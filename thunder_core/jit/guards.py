@@ -291,7 +291,9 @@ class GuardBuilder:
         attributes = module.__dict__
         d = self.bind(attributes, "d")
         self.namespaces.append((attributes, what))
-        self.condition(f"len({d})", f"v == {len(attributes)}", f"number of attributes of {what}", len(attributes))
+        self.condition(
+            f"len({d})", f"v == {len(attributes)}", f"number of attributes of {what}", len(attributes)
+        )
         tables = [(key, attributes.get(key, {})) for key in ("_parameters", "_buffers", "_modules")]
         names = tuple(tuple(table) for _, table in tables)
         self.equal(
@@ -303,7 +305,9 @@ class GuardBuilder:
         for key, table in tables:
             for attr, item in table.items():
                 if key == "_modules" or item is None or not in_root_state:
-                    self.value(f"{self.bind(table, 'd')}.get({attr!r}, MISSING)", item, f"{what}.{attr}", depth)
+                    self.value(
+                        f"{self.bind(table, 'd')}.get({attr!r}, MISSING)", item, f"{what}.{attr}", depth
+                    )
         empty_hooks = [attributes[k] for k in _MODULE_HOOKS if k in attributes and not attributes[k]]
         if empty_hooks:
             expr = "(" + " or ".join(self.bind(table, "d") for table in empty_hooks) + ")"
@@ -367,7 +371,9 @@ class GuardBuilder:
         self.equal("_modes()", torch._C._len_torch_function_stack(), "number of active TorchFunctionModes")
         context = torch._GLOBAL_DEVICE_CONTEXT  # a threading.local: its __dict__ is this thread's
         current = context.__dict__.get("device_context")
-        self.value(f"{self.bind(context)}.__dict__.get('device_context')", current, "torch.set_default_device")
+        self.value(
+            f"{self.bind(context)}.__dict__.get('device_context')", current, "torch.set_default_device"
+        )
         hooks = torch.nn.modules.module
         tables = [getattr(hooks, key) for key in _GLOBAL_HOOKS]
         if any(tables):
@@ -399,7 +405,9 @@ def _slots(cls) -> list[str]:
     names = []
     for klass in cls.__mro__:
         slots = klass.__dict__.get("__slots__", ())
-        names += [slots] if isinstance(slots, str) else [s for s in slots if s not in ("__dict__", "__weakref__")]
+        names += (
+            [slots] if isinstance(slots, str) else [s for s in slots if s not in ("__dict__", "__weakref__")]
+        )
     return names
 
 

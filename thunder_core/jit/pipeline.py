@@ -95,7 +95,9 @@ def compile_function(
     """
     ambient = ambient_autocast()
     with autocast_disabled(ambient):
-        return _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job, guard_builder, ambient)
+        return _compile(
+            fn, args, kwargs, positional_names, extra_inputs, extra_binder, job, guard_builder, ambient
+        )
 
 
 def _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job, guard_builder, ambient):

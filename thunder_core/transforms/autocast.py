@@ -72,7 +72,11 @@ def autocast_transform(trace: Trace, dtypes: dict[str, torch.dtype], *, name: st
         elif rule == FLOAT32:
             args, kwargs = tree_map(_cast(torch.float32), args), tree_map(_cast(torch.float32), kwargs)
         elif rule == PROMOTE:
-            floats = [x.dtype for x in leaves((args, kwargs)) if isinstance(x, TensorProxy) and x.dtype.is_floating_point]
+            floats = [
+                x.dtype
+                for x in leaves((args, kwargs))
+                if isinstance(x, TensorProxy) and x.dtype.is_floating_point
+            ]
             if floats:
                 widest = max(floats, key=lambda d: torch.finfo(d).bits)
                 args, kwargs = tree_map(_cast(widest), args), tree_map(_cast(widest), kwargs)
