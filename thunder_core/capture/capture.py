@@ -10,6 +10,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch.utils import _pytree as pytree
 
+from thunder_core.capture.autograd_function import autograd_functions_recorded_whole
 from thunder_core.capture.mode import CaptureMode
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
@@ -173,7 +174,14 @@ def capture(
         if guard_builder is not None
         else nullcontext()
     )
-    with binder, _compiling(), record_scope(recorder), CaptureMode(lifter), reads:
+    with (
+        binder,
+        _compiling(),
+        record_scope(recorder),
+        autograd_functions_recorded_whole(),
+        CaptureMode(lifter),
+        reads,
+    ):
         out = fn(*proxy_args, **proxy_kwargs)
     recorder.namer.taken.update(builder.taken)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,20 +17,27 @@ OPAQUE = "opaque"  # a torch call with no thunder_core symbol, run as-is by the 
 PYTHON = "python"  # bookkeeping run by the python executor (unpacking, deleting)
 AUTOGRAD_FALLBACK = "autograd_fallback"  # differentiated by PyTorch autograd at run time
 
-_recorders: list = []  # the capture recorders in effect, innermost last
+
+class _Recorders(threading.local):
+    def __init__(self):
+        self.stack: list = []  # the capture recorders in effect in this thread, innermost last
+
+
+_recorders = _Recorders()
 
 
 def active_recorder():
-    """The recorder that symbol calls currently append to, or None outside capture."""
-    return _recorders[-1] if _recorders else None
+    """The recorder that symbol calls currently append to, or None outside capture (per thread)."""
+    stack = _recorders.stack
+    return stack[-1] if stack else None
 
 
 def push_recorder(recorder) -> None:
-    _recorders.append(recorder)
+    _recorders.stack.append(recorder)
 
 
 def pop_recorder() -> None:
-    _recorders.pop()
+    _recorders.stack.pop()
 
 
 @dataclass(eq=False)

@@ -1,25 +1,38 @@
 """Cache keys: what a compiled trace was specialized on, computed cheaply on every call.
 
 A key holds, per tensor, its shape, dtype, device and requires_grad; per Python number,
-string, dtype, device or None, its type and value; per container, its type and length
-(and keys); plus the grad mode. Anything else is rejected with a TypeError naming the
-argument.
+string, None, dtype, device, memory format, layout, slice, Ellipsis or enum member, its type
+and value; per function, class or Python module, its identity; per container, its type and
+length (and keys); plus the grad mode. Anything else (objects whose attributes could change
+between calls) is rejected with a TypeError naming the argument and the way out.
 """
 
 from __future__ import annotations
 
+import enum
+import types
+
 import torch
 
 Tensor = torch.Tensor
-_VALUE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, type(Ellipsis))
+_VALUE_TYPES = (
+    bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.memory_format,
+    torch.layout, type(Ellipsis), range,
+)  # fmt: skip
 _NUMBER_TYPES = (bool, int, float, complex)
+_BY_IDENTITY = (
+    types.FunctionType, types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType,
+    types.MethodDescriptorType, type, types.ModuleType, enum.Enum,
+)  # fmt: skip
 
 
 def unsupported_argument(path: str, value) -> TypeError:
     return TypeError(
         f"thunder_core.jit: argument {path!r} has type {type(value).__qualname__}, which a jitted "
-        "function cannot take. Pass tensors, Python numbers, strings, None, dtypes, devices and "
-        "tuples/lists/dicts of them; close over other objects instead (the trace is specialized on them)."
+        "function cannot take: its attributes could change between calls without the cache seeing it. "
+        "Pass tensors, Python numbers, strings, None, dtypes, devices, memory formats, slices, enums, "
+        "functions and tuples/lists/dicts of them; close over other objects instead (what the trace "
+        "reads from them is guarded)."
     )
 
 
@@ -35,6 +48,13 @@ def add_to_key(x, key: list, leaves: list, path: str) -> None:
         key.append((type(x), x))
         if type(x) in _NUMBER_TYPES:
             leaves.append(x)
+    elif type(x) is slice:
+        key.append((slice, x.start, x.stop, x.step))
+        for part in (x.start, x.stop, x.step):
+            if not isinstance(part, (int, type(None))):
+                raise unsupported_argument(path, x)
+    elif isinstance(x, _BY_IDENTITY):
+        key.append((type(x), x))  # these compare by identity; the key keeps the object alive
     elif isinstance(x, (tuple, list)):
         key.append((type(x), len(x)))
         for i, item in enumerate(x):

@@ -66,6 +66,23 @@ class _ModuleState:
             out[name] = f"tensor {tuple(t.shape)} {t.dtype} on {t.device}, requires_grad={t.requires_grad}"
         return out
 
+    def _restore_references(self, originals: dict[int, torch.Tensor]) -> None:
+        """Put the real tensors back where the forward kept references to its parameters.
+
+        Some modules keep lists of their own parameters (``nn.LSTM._flat_weights``) and refresh
+        them in forward; during capture they would be left holding the stand-ins.
+        """
+        for module in self.module.modules():
+            for value in vars(module).values():
+                if type(value) is list:
+                    for i, item in enumerate(value):
+                        if id(item) in originals:
+                            value[i] = originals[id(item)]
+                elif type(value) is dict:
+                    for key, item in value.items():
+                        if id(item) in originals:
+                            value[key] = originals[id(item)]
+
     @contextmanager
     def binder(self, proxies):
         saved = [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
@@ -79,6 +96,7 @@ class _ModuleState:
                 if getattr(owner, kind).get(attr) is not proxy:
                     replaced.append(f"{name} ({kind[1:-1]})")
                 getattr(owner, kind)[attr] = tensor
+            self._restore_references({id(p): t for p, t in zip(proxies, saved)})
         if replaced:
             raise CaptureError(
                 f"thunder_core.jit: the forward assigns a new tensor to {', '.join(replaced)}. A compiled "
