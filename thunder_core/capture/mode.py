@@ -93,6 +93,8 @@ class CaptureMode(TorchFunctionMode):
 
 
 def _dispatch(func, args, kwargs):
+    if kwargs.get("out") is not None:  # writes into a given tensor: an in-place call, run as written
+        return opaque_symbol(func, kwargs)(*args, **kwargs)
     entry = lookup(func)
     if entry is not None:
         symbol, adapter = entry

@@ -70,6 +70,12 @@ class FirstCall:
         self.failure: str | None = None
         self.__name__ = getattr(fn, "__name__", "executor_call")
 
+    def __getattr__(self, name: str):
+        # Attributes of the executor's compiled object (e.g. a kernel's ``source``) read through.
+        if name == "fn":
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
     def attach_to_namespace(self, namespace: dict, name: str) -> None:
         self._slots.append((namespace, name))
 

@@ -4,11 +4,13 @@ Importing this package registers every torch-level symbol in the table that capt
 consults (``thunder_core.ops.registry``).
 """
 
-from thunder_core.ops import (  # noqa: F401  (imported to register their symbols)
+from thunder_core.ops import (  # noqa: F401  (imported to register their symbols)  # noqa: F401  (after the ops they build on)
+    composite,
     conversions,
     creation,
     elementwise,
     indexing,
+    leaves,
     nn,
     prims,
     reductions,
