@@ -4,7 +4,7 @@ Importing this package registers every torch-level symbol in the table that capt
 consults (``thunder_core.ops.registry``).
 """
 
-from thunder_core.ops import (  # noqa: F401  (imported to register their symbols)  # noqa: F401  (after the ops they build on)
+from thunder_core.ops import (  # noqa: F401  (imported to register their symbols)
     composite,
     conversions,
     creation,

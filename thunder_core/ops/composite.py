@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from thunder_core.ops import creation, elementwise, nn, reductions, shapes  # noqa: F401  (the ops used here)
 from thunder_core.ops._helpers import NoDecomposition, is_tensor
 from thunder_core.ops.registry import TORCH_SYMBOLS, register_torch_op
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from thunder_core.ops import composite, conversions, creation, elementwise, indexing, nn, reductions, shapes  # noqa: F401
 from thunder_core.ops.registry import TORCH_SYMBOLS, lookup, register_torch_op
 
 _FUNCTIONAL = """
