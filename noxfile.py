@@ -17,12 +17,14 @@ import nox
 
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+# PyTorch's CPU index: pip prefers its CPU build over PyPI's CUDA build of the same release.
+TORCH_INDEX = ("--extra-index-url", "https://download.pytorch.org/whl/cpu")
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
 def _install_core(session: nox.Session, extras: str = "test") -> None:
-    session.install(*CONSTRAINTS, "torch")
+    session.install(*CONSTRAINTS, *TORCH_INDEX, "torch")
     session.install(*CONSTRAINTS, "-e", f".[{extras}]")
 
 

@@ -9,7 +9,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-python -m pip install -q -c constraints.txt torch
+# The CPU build of torch comes from PyTorch's CPU index (PyPI's Linux wheel is the multi-GB CUDA
+# build); pip prefers it (2.13.0+cpu) when both satisfy the pin. An index that cannot be reached
+# is skipped, so a wheel found elsewhere (a local wheel directory in pip's config) still works.
+TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+python -m pip install -q -c constraints.txt torch --extra-index-url "$TORCH_INDEX" --retries 1 --timeout 15
 packages=(-e ".[test,lint]")
 for package in executors/*/ plugins/*/; do
     if [ -f "$package/pyproject.toml" ]; then

@@ -117,3 +117,36 @@ def test_a_function_that_changes_state_it_reads_recompiles_like_eager_runs_it():
     for i in range(1, 5):
         torch.testing.assert_close(jfn(torch.zeros(3)), torch.full((3,), float(i)))
     assert len(calls) == 4
+
+
+def test_two_threads_compiling_at_once_do_not_interfere():
+    import threading
+
+    def first(a):
+        return (a * 2).sin()
+
+    def second(a, b):
+        return a @ b + 1
+
+    errors = []
+
+    def run(fn, make_args, expected):
+        try:
+            for i in range(12):
+                args = make_args(i)
+                jfn = thunder_core.jit(fn)
+                torch.testing.assert_close(jfn(*args), expected(*args))
+        except Exception as error:  # reported below, in the main thread
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=run, args=(first, lambda i: (torch.randn(i + 1),), first)),
+        threading.Thread(
+            target=run, args=(second, lambda i: (torch.randn(2, i + 1), torch.randn(i + 1, 3)), second)
+        ),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

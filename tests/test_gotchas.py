@@ -381,3 +381,13 @@ def test_cache_same_input_skips_guards():
     assert_same(jf(torch.ones(2)), torch.full((2,), 2.0))  # the documented risk of the opt-out
     with pytest.raises(ValueError, match="cache="):
         thunder_core.jit(namespace["fn"], cache="sometimes")
+
+
+def test_python_random_in_the_function_is_a_clear_error():
+    import random
+
+    def stochastic_depth(x):
+        return x if random.random() < 0.5 else x * 0
+
+    with pytest.raises(CaptureError, match=r"random module \(random\).*torch.rand"):
+        thunder_core.jit(stochastic_depth)(torch.ones(2))

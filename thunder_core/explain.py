@@ -47,6 +47,17 @@ class Explanation:
         return "\n".join(lines)
 
 
+def _failed_at_run_time(trace) -> dict[str, str]:
+    """Output name -> reason, for the operations of regions whose first run failed (torch ran them)."""
+    failed = {}
+    for bsym in trace.bound_symbols:
+        failure = getattr(bsym.impl, "failure", None)
+        if failure:
+            for sub in bsym.subsymbols:
+                failed.update((p.name, failure) for p in sub.flat_outputs())
+    return failed
+
+
 def explain(jfn) -> Explanation:
     """Explain the executors' choices for the most recent call of ``jfn``."""
     function = _function(jfn)
@@ -58,13 +69,17 @@ def explain(jfn) -> Explanation:
     ][-1:]
     for trace in executed:
         printer = Printer()
+        failed = _failed_at_run_time(trace)
         for decision in trace.decisions:
             operation = printer.call(decision.bsym.replace(impl=None))
-            reports.append(
-                OperationReport(
-                    trace.function_name, operation, decision.executor, decision.declined, decision.note
-                )
+            executor, declined = decision.executor, dict(decision.declined)
+            failure = getattr(decision.bsym.impl, "failure", None) or next(
+                (failed[p.name] for p in decision.bsym.flat_outputs() if p.name in failed), None
             )
+            if failure:
+                declined[executor] = failure
+                executor = "torch"
+            reports.append(OperationReport(trace.function_name, operation, executor, declined, decision.note))
     executors = job.executor_names if job is not None else ["torch"]
     not_used = dict(job.not_used) if job is not None else {}
     notes = list(compiled.notes)

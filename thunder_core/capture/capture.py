@@ -14,6 +14,7 @@ from thunder_core.capture.autograd_function import autograd_functions_recorded_w
 from thunder_core.capture.mode import CaptureMode
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
+from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.trace import Provenance, Trace
 
@@ -184,6 +185,13 @@ def capture(
     ):
         out = fn(*proxy_args, **proxy_kwargs)
     recorder.namer.taken.update(builder.taken)
+    if guard_builder is not None and reads.random_draw is not None:
+        raise CaptureError(
+            f"thunder_core.jit: {reads.random_draw} while being captured; the number drawn would be frozen "
+            "into the trace and repeat on every call. Ways out: draw with torch (torch.rand, torch.randint, "
+            "torch.bernoulli run on every call), or draw outside the jitted function and pass the value in "
+            "(the trace is specialized on it)."
+        )
 
     treespec = None
     if not _is_plain(out):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dis
 import os
+import random
 import sys
 import sysconfig
 from collections.abc import Callable
@@ -61,16 +62,48 @@ def global_chains(code: CodeType) -> tuple[tuple[str, ...], ...]:
     return tuple(chains)
 
 
+_NOT_DRAWS = frozenset({"seed", "getstate", "setstate", "get_state", "set_state", "__init__", "__new__"})
+
+
+def _python_random_generator(fn) -> str | None:
+    """The name of a Python-level random number generator ``fn`` draws from, or None."""
+    if getattr(fn, "__name__", "") in _NOT_DRAWS:
+        return None
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, random.Random):
+        return f"Python's random module ({getattr(fn, '__name__', 'random')})"
+    module = type(owner).__module__ if owner is not None else ""
+    if module.startswith("numpy.random"):
+        return f"NumPy's random generator ({getattr(fn, '__name__', 'random')})"
+    return None
+
+
+def _importing(frame) -> bool:
+    """True while an import runs during capture (below the capture's own frames)."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith("<frozen importlib"):
+            return True
+        if filename.startswith(_THUNDER_CORE_DIR):
+            return False
+        frame = frame.f_back
+    return False
+
+
 class ExecutedUserCode:
     """Context manager: calls ``on_first_entry(code, f_globals)`` for each user code object entered.
 
-    Uses ``sys.setprofile`` (an already installed profiler keeps receiving its events).
+    Also notes the first draw from a Python-level random number generator (``random``,
+    ``numpy.random``): a value drawn while capturing would be frozen into the trace, so
+    ``random_draw`` names it and the line, for capture to refuse. Uses ``sys.setprofile``
+    (an already installed profiler keeps receiving its events).
     """
 
     def __init__(self, on_first_entry: Callable[[CodeType, dict], None]):
         self._on_first_entry = on_first_entry
         self._seen: set[CodeType] = set()
         self._previous = None
+        self.random_draw: str | None = None
 
     def _profile(self, frame, event, arg):
         if event == "call":
@@ -79,6 +112,14 @@ class ExecutedUserCode:
                 self._seen.add(code)
                 if is_user_code(code.co_filename):
                     self._on_first_entry(code, frame.f_globals)
+        elif event == "c_call" and self.random_draw is None:
+            generator = _python_random_generator(arg)
+            if generator is not None and not _importing(frame):
+                user = frame
+                while user is not None and not is_user_code(user.f_code.co_filename):
+                    user = user.f_back
+                where = f"{user.f_code.co_filename}:{user.f_lineno}" if user is not None else "the function"
+                self.random_draw = f"{where} draws from {generator}"
         if self._previous is not None:
             self._previous(frame, event, arg)
 

@@ -62,6 +62,7 @@ class ThunderFunction:
         job=None,
         cache: str = "guarded",
         guard_root=None,
+        signature_of=None,
     ):
         if cache not in CACHE_MODES:
             raise ValueError(
@@ -78,7 +79,7 @@ class ThunderFunction:
         self._variants: dict[tuple, list[Compiled]] = {}  # key -> every entry compiled for it
         self._entries: list[Compiled] = []
         self._descriptions: list[dict[str, str]] = []
-        self._names = _positional_names(fn)
+        self._names = _positional_names(fn if signature_of is None else signature_of)
         self._hits = 0
         self._misses = 0
         self._last: Compiled | None = None

@@ -117,7 +117,9 @@ class ThunderModule(nn.Module):
         super().__init__()
         self._model = module
         self._state = _ModuleState(module)
-        self._forward = ThunderFunction(self._call_original, state=self._state, guard_root=module, **options)
+        self._forward = ThunderFunction(
+            self._call_original, state=self._state, guard_root=module, signature_of=module.forward, **options
+        )
 
     def _call_original(self, *args, **kwargs):
         return self._model(*args, **kwargs)

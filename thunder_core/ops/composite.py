@@ -46,17 +46,12 @@ def _add_product(product):
     return decomposition
 
 
-def _batch_sum_mm(a, b):
-    return op("sum")(op("matmul")(a, b), 0)
-
-
 def _outer(a, b):
     return op("mul")(op("unsqueeze")(a, 1), op("unsqueeze")(b, 0))
 
 
 register_torch_op("addmm", torch.addmm, T.addmm, decomposition=_add_product(op("matmul")))
 register_torch_op("baddbmm", torch.baddbmm, T.baddbmm, decomposition=_add_product(op("matmul")))
-register_torch_op("addbmm", torch.addbmm, T.addbmm, decomposition=_add_product(_batch_sum_mm))
 register_torch_op("addmv", torch.addmv, T.addmv, decomposition=_add_product(op("matmul")))
 register_torch_op("addr", torch.addr, T.addr, decomposition=_add_product(_outer))
 register_torch_op("mv", torch.mv, T.mv, decomposition=lambda a, b: op("matmul")(a, b))
@@ -242,7 +237,9 @@ def _pointwise_loss(distance):
             raise NoDecomposition
         if not (is_tensor(input) and is_tensor(target)) or input.shape != target.shape:
             raise NoDecomposition
-        extra = {k: v for k, v in kwargs.items() if k not in ("size_average", "reduce")}
+        if kwargs.get("weight") is not None:
+            raise NoDecomposition
+        extra = {k: v for k, v in kwargs.items() if k not in ("size_average", "reduce", "weight")}
         return _reduce(distance(input, target, **extra), reduction)
 
     return decomposition

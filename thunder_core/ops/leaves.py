@@ -45,7 +45,7 @@ dsplit unsafe_split unsafe_chunk split_with_sizes swapaxes swapdims
 logdet det polar complex view_as_real view_as_complex angle real imag conj conj_physical resolve_conj
 resolve_neg positive frexp histc histogram bucketize searchsorted stft istft vander
 cholesky cholesky_inverse cholesky_solve inverse lu_solve lu_unpack matrix_exp pinverse qr svd
-triangular_solve geqrf ormqr chain_matmul
+triangular_solve geqrf ormqr chain_matmul addbmm
 alias_copy view_copy expand_copy narrow_copy permute_copy t_copy transpose_copy squeeze_copy
 unsqueeze_copy diagonal_copy as_strided_copy unbind_copy unfold_copy split_with_sizes_copy
 native_layer_norm native_group_norm native_batch_norm constant_pad_nd grid_sampler_2d grid_sampler_3d
@@ -76,7 +76,7 @@ cholesky_solve inverse lu_solve matrix_exp pinverse qr svd triangular_solve geqr
 index_reduce index_fill index_copy index_put masked_scatter take take_along_dim put polygamma mvlgamma
 igamma igammac i0 sinc sgn frac deg2rad rad2deg hypot xlogy lerp fmax fmin logaddexp logaddexp2 ldexp
 nextafter heaviside float_power nan_to_num isclose isposinf isneginf isreal logit copysign fmod remainder
-kron inner dot vdot cross var_mean std_mean
+kron inner dot vdot cross var_mean std_mean addbmm
 """
 
 
