@@ -391,3 +391,30 @@ def test_python_random_in_the_function_is_a_clear_error():
 
     with pytest.raises(CaptureError, match=r"random module \(random\).*torch.rand"):
         thunder_core.jit(stochastic_depth)(torch.ones(2))
+
+
+def test_jit_inside_jit_is_inlined(executors):
+    inner = thunder_core.jit(lambda x: x.sin() * 2, executors=executors)
+    x = torch.randn(3)
+    inner(x)  # compiled on its own first: a cached entry must not run on the outer capture's stand-ins
+    outer = thunder_core.jit(lambda x: inner(x) + 1, executors=executors)
+    assert_same(outer(x), x.sin() * 2 + 1)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = thunder_core.jit(nn.Linear(3, 3), executors=executors)
+            self.out = nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.out(self.inner(x).relu())
+
+    torch.manual_seed(0)
+    model = Outer()
+    x = torch.randn(4, 3)
+    model(x).sum().backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    thunder_core.jit(model, executors=executors)(x).sum().backward()
+    for p, g in zip(model.parameters(), expected):
+        assert_same(p.grad, g)

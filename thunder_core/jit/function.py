@@ -11,6 +11,7 @@ import torch
 
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
 from thunder_core.jit.guards import GuardBuilder
 from thunder_core.jit.pipeline import Compiled, compile_function
@@ -88,6 +89,8 @@ class ThunderFunction:
 
     def __call__(self, *args, **kwargs):
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
+        if _recorders.stack:  # called while another jitted function is being captured: inline
+            return self._fn(*args, **kwargs)
         key = [_is_grad_enabled()]
         if not kwargs and self._state is None:
             for a in args:
@@ -220,6 +223,11 @@ class ThunderFunction:
             "thunder_core.jit(...).",
             stacklevel=3,
         )
+
+    @property
+    def thunder_core_guard_root(self):
+        """What guards walk when this jitted function is reached from another one's state."""
+        return self._guard_root
 
     # Inspection.
     def cache_info(self) -> CacheInfo:

@@ -221,7 +221,10 @@ class GuardBuilder:
         self._keepalive.append(obj)
         name = self.bind(obj)
         depth += 1
-        if isinstance(obj, torch.Tensor):
+        inner_root = getattr(type(obj), "thunder_core_guard_root", None)
+        if inner_root is not None:  # a jitted function or module: what it would inline is its root
+            self.contents(inner_root.__get__(obj), what, depth)
+        elif isinstance(obj, torch.Tensor):
             self.tensor_paths.setdefault(id(obj), what)
         elif isinstance(obj, nn.Module):
             self._module(obj, name, what, depth)

@@ -121,6 +121,11 @@ class ThunderModule(nn.Module):
             self._call_original, state=self._state, guard_root=module, signature_of=module.forward, **options
         )
 
+    @property
+    def thunder_core_guard_root(self) -> nn.Module:
+        """What guards walk when this jitted module is reached from another one's state."""
+        return self._model
+
     def _call_original(self, *args, **kwargs):
         return self._model(*args, **kwargs)
 
