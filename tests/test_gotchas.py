@@ -418,3 +418,22 @@ def test_jit_inside_jit_is_inlined(executors):
     thunder_core.jit(model, executors=executors)(x).sum().backward()
     for p, g in zip(model.parameters(), expected):
         assert_same(p.grad, g)
+
+
+def test_enable_grad_inside_a_function_called_under_no_grad(executors):
+    def fn(w, x):
+        frozen = w * x
+        with torch.enable_grad():
+            tracked = (w * x).sum()
+        return frozen, tracked
+
+    w, x = torch.randn(3, requires_grad=True), torch.randn(3)
+    jf = thunder_core.jit(fn, executors=executors)
+    with torch.no_grad():
+        (frozen, tracked), (eager_frozen, eager_tracked) = jf(w, x), fn(w, x)
+    assert (frozen.requires_grad, tracked.requires_grad) == (
+        eager_frozen.requires_grad,
+        eager_tracked.requires_grad,
+    )
+    (grad,) = torch.autograd.grad(tracked, w)
+    assert_same(grad, x)

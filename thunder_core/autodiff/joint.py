@@ -16,8 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import torch
-
 from thunder_core.autodiff import kernel_decompositions as _kernel_decompositions  # noqa: F401
 from thunder_core.autodiff import prim_rules as _prim_rules  # noqa: F401  (registers prim rules)
 from thunder_core.autodiff import rules as _rules  # noqa: F401  (registers torch-level rules)
@@ -51,7 +49,9 @@ def needs_grad(bsym: BoundSymbol) -> bool:
 
 
 def requires_autodiff(trace: Trace) -> bool:
-    return torch.is_grad_enabled() and any(needs_grad(b) for b in trace.bound_symbols)
+    """Some op computes a value that needs a gradient (proxies carry the grad mode of their op,
+    so ``torch.enable_grad()`` regions inside a function called under ``no_grad`` count)."""
+    return any(needs_grad(b) for b in trace.bound_symbols)
 
 
 class _Replay:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
 from thunder_core.executors.claiming import assign_executors
@@ -72,6 +74,17 @@ def _lower(trace: Trace, job) -> list[Trace]:
     return traces
 
 
+def _with_grad_enabled(program):
+    """Run a training program with grad mode on: a call under ``no_grad`` whose function turns
+    grad mode on inside (``torch.enable_grad()``) returns outputs that require grad, as in eager."""
+
+    def run(*leaves):
+        with torch.enable_grad():
+            return program(*leaves)
+
+    return run
+
+
 def _with_lifted(program, lifted: list):
     """``program`` called with the captured real tensors appended to the call's inputs."""
     if not lifted:
@@ -121,7 +134,8 @@ def _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job
     notes = []
     if requires_autodiff(prepared):
         try:
-            split = split_forward_backward(prepared, job.executors if job is not None else ())
+            with torch.enable_grad():  # the gradient's own ops are recorded as grad mode on
+                split = split_forward_backward(prepared, job.executors if job is not None else ())
         except NotDifferentiable as reason:
             notes.append(f"autodiff: PyTorch autograd records the whole program ({reason})")
             # Only torch ops are recorded by PyTorch autograd: other executors' kernels would
@@ -140,6 +154,8 @@ def _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job
                 split.output_structure,
                 captured.output_treespec,
             )
+            if not torch.is_grad_enabled():
+                program = _with_grad_enabled(program)
             return Compiled(
                 _with_lifted(program, lifted),
                 [*traces, split.forward, *extra, *forward_traces],
