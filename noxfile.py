@@ -4,6 +4,7 @@ Every install goes through constraints.txt so that no session pulls the CUDA bui
 
     nox -s tests        # the core's test suite
     nox -s lint         # ruff
+    nox -s docs         # the docs site, warnings as errors
     nox -s demo         # examples/demo.py
     nox -s bench        # benchmarks/
     nox -l              # also lists one session per executor and plugin package
@@ -39,6 +40,14 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site, warnings as errors, and a check that the plugin API is fully documented."""
+    _install_core(session, extras="docs")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run("python", "scripts/check_api_reference.py", "site")
 
 
 @nox.session

@@ -32,8 +32,18 @@ from thunder_core.testing.opinfo import (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executors", help="comma-separated executor list (default: every installed one)")
+    parser.add_argument(
+        "--min-region-size",
+        type=int,
+        help="for fusion executors (inductor, numba): compile regions this small, so one-op samples are fused too",
+    )
     args = parser.parse_args()
-    options = {"executors": args.executors.split(",")} if args.executors else {}
+    options: dict = {"executors": args.executors.split(",")} if args.executors else {}
+    if args.min_region_size is not None:
+        from thunder_core.plugins.manager import plugin_manager
+
+        fusers = [n for n in ("inductor", "numba") if n in plugin_manager().names("executor")]
+        options["options"] = {n: {"min_region_size": args.min_region_size} for n in fusers}
     counts: collections.Counter = collections.Counter()
     claimed_by: collections.Counter = collections.Counter()
     failures = {}
@@ -63,7 +73,7 @@ def main() -> None:
         claimed_by.update(executors)
     total = sum(counts.values())
     passed = counts["symbols only"] + counts["with opaque calls"]
-    print(f"executors: {options.get('executors', 'default (installed)')}; {total} deterministic OpInfos, "
+    print(f"executors: {options.get('executors', 'default (installed)')} {options.get('options', '')}; {total} deterministic OpInfos, "
           f"{time.perf_counter() - start:.0f} s")  # fmt: skip
     for key in ("symbols only", "with opaque calls", "failed"):
         print(f"  {key:18s} {counts[key]:4d}  ({counts[key] / total:.1%})")

@@ -12,6 +12,7 @@ from typing import Any, overload
 from torch import nn
 
 import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
+from thunder_core._version import __version__
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
 from thunder_core.explain import Explanation, explain
@@ -21,9 +22,8 @@ from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, Thunde
 from thunder_core.jit.module import ThunderModule
 from thunder_core.plugins.errors import ConfigError, PluginError
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     "BoundSymbol",
     "ConfigError",
     "Explanation",

@@ -77,7 +77,7 @@ def _machine() -> tuple[bool, str]:
 def cmd_doctor(args) -> int:
     import torch
 
-    from thunder_core import __version__
+    from thunder_core._version import __version__
 
     cuda, device = _machine()
     print(f"thunder-core {__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}; {device}")

@@ -10,9 +10,10 @@ a ``Rejection`` carrying the reason; results are cached per (symbol, input metad
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from thunder_core.executors.fusion import fuse_regions
+from thunder_core.executors.regions import Region, RegionNotSupported, flatten_to_prims
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import BoundSymbol, Symbol
 from thunder_core.ir.trace import Trace
@@ -31,6 +32,20 @@ class Rejection:
     def __str__(self) -> str:
         return self.reason
 
+
+__all__ = [
+    "Checker",
+    "Executor",
+    "FusionExecutor",
+    "Implementation",
+    "OperatorExecutor",
+    "Region",
+    "RegionNotSupported",
+    "Rejection",
+    "flatten_to_prims",
+    "metadata_key",
+    "resolve_symbol",
+]
 
 Checker = Callable[..., "bool | Rejection"]
 
@@ -149,38 +164,6 @@ class OperatorExecutor(Executor):
         return bsym.replace(executor=self.name, impl=impl.fn, impl_name=name)
 
 
-@dataclass
-class Region:
-    """A run of neighbouring bound symbols claimed by one fusion executor."""
-
-    bound_symbols: list[BoundSymbol]
-    inputs: list[Any] = field(default_factory=list)
-    outputs: list[Any] = field(default_factory=list)
-
-    def as_trace(self, name: str) -> Trace:
-        return Trace(
-            inputs=self.inputs,
-            bound_symbols=self.bound_symbols,
-            output=tuple(self.outputs),
-            function_name=name,
-        )
-
-
-class RegionNotSupported(Exception):
-    """Raised by ``compile_region``: this region goes back to the torch executor (message = why)."""
-
-
-def flatten_to_prims(bsyms):
-    """Yield the prims that ``bsyms`` decompose into; RegionNotSupported for an op without one."""
-    for b in bsyms:
-        if b.symbol.is_prim:
-            yield b
-        elif b.subsymbols:
-            yield from flatten_to_prims(b.subsymbols)
-        else:
-            raise RegionNotSupported(f"{b.symbol.printed_name} has no decomposition into prims")
-
-
 class FusionExecutor(Executor):
     """Claims symbols, then fuses neighbouring claimed operations into compiled regions."""
 
@@ -221,6 +204,4 @@ class FusionExecutor(Executor):
         ``options`` are this executor's per-job options; ``min_region_size`` among them
         overrides the class default.
         """
-        from thunder_core.executors.fusion import fuse_regions
-
         return fuse_regions(trace, self, (options or {}).get("min_region_size", self.min_region_size))

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from thunder_core.executors import torch_executor
 from thunder_core.executors.failures import FirstCall, report_failure
+from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.symbols import BoundSymbol, Symbol
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 
+TORCH = "torch"  # the executor that takes back what a fusion executor gives back
 
-def _region(bsyms: list[BoundSymbol], later: list[BoundSymbol], trace_outputs: set[str]):
-    from thunder_core.executors.base import Region
 
+def to_torch(bsym: BoundSymbol) -> BoundSymbol:
+    """``bsym`` run by the torch executor (the generated code calls the torch callable)."""
+    return bsym.replace(executor=TORCH, impl=None)
+
+
+def _region(bsyms: list[BoundSymbol], later: list[BoundSymbol], trace_outputs: set[str]) -> Region:
     produced, inputs, seen = set(), [], set()
     for b in bsyms:
         for p in b.flat_args():
@@ -42,7 +47,7 @@ def torch_fallback(region) -> Callable:
     """The region's operations run by the torch executor, as one callable."""
     from thunder_core.ir.trace import Trace as _Trace
 
-    bsyms = [torch_executor.claim(b) for b in region.bound_symbols]
+    bsyms = [to_torch(b) for b in region.bound_symbols]
     return _Trace(
         region.inputs, bsyms, tuple(region.outputs), function_name="torch_fallback"
     ).python_callable()
@@ -65,11 +70,9 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
         for b in run:
             for p in b.flat_outputs():
                 given_back[p.name] = reason
-        result.extend(torch_executor.claim(b) for b in run)
+        result.extend(to_torch(b) for b in run)
 
     def flush(position: int) -> None:
-        from thunder_core.executors.base import RegionNotSupported
-
         nonlocal regions
         if not run:
             return

@@ -6,17 +6,13 @@ An entry point of thunder-core (``thunder_core.executors: python``), always avai
 from __future__ import annotations
 
 from thunder_core.executors.base import Executor, Implementation
-from thunder_core.ir.symbols import PYTHON, Symbol
+from thunder_core.ir.symbols import PYTHON, Symbol, delete_symbol
 from thunder_core.plugins.hookspecs import Availability, hookimpl
 
 NAME = "python"
 
 
-def _delete(*values) -> None:
-    """Reference meaning of ``del``: nothing to compute."""
-
-
-delete_symbol = Symbol(name="del", impl=_delete, printed_name="del", tags=frozenset({PYTHON}))
+__all__ = ["NAME", "delete_symbol", "executor"]
 
 
 class PythonExecutor(Executor):

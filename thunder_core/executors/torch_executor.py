@@ -7,10 +7,11 @@ executor, always available, lowest priority: it takes what no other executor cla
 from __future__ import annotations
 
 from thunder_core.executors.base import Executor, Implementation
+from thunder_core.executors.fusion import TORCH, to_torch
 from thunder_core.ir.symbols import BoundSymbol, Symbol
 from thunder_core.plugins.hookspecs import Availability, hookimpl
 
-NAME = "torch"
+NAME = TORCH
 
 
 class TorchExecutor(Executor):
@@ -25,7 +26,7 @@ executor = TorchExecutor(NAME)
 
 def claim(bsym: BoundSymbol) -> BoundSymbol:
     """Mark ``bsym`` as run by torch; generated code calls the torch callable directly."""
-    return bsym.replace(executor=NAME, impl=None)
+    return to_torch(bsym)
 
 
 @hookimpl

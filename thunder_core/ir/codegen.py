@@ -70,10 +70,14 @@ class _Namespace:
         return name
 
 
-def _prims_module():
-    from thunder_core.ops import prims
+# Modules generated code may name (``prims.add(...)``): registered by the modules themselves,
+# so this layer imports nothing above it. name -> (module, the import line the source shows).
+_NAMED_MODULES: dict[str, tuple[Any, str]] = {}
 
-    return prims
+
+def register_named_module(name: str, module, import_line: str) -> None:
+    """Let generated code call ``<name>.<symbol>``; ``thunder_core.ops.prims`` registers ``prims``."""
+    _NAMED_MODULES[name] = (module, import_line)
 
 
 class Printer:
@@ -136,8 +140,9 @@ class Printer:
         name = bsym.symbol.printed_name
         if name.startswith("torch."):
             return name
-        if name.startswith("prims."):
-            self.namespace.module("prims", _prims_module())
+        prefix = name.split(".", 1)[0]
+        if prefix in _NAMED_MODULES:
+            self.namespace.module(prefix, _NAMED_MODULES[prefix][0])
             return name
         return self.namespace.add(bsym.symbol, name)
 
@@ -200,9 +205,8 @@ def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
     if trace.provenance is not None:
         header.append(f"# {trace.provenance}")
     imports = ["import torch"]
-    if "prims" in printer.namespace.globals:
-        imports.append("from thunder_core.ops import prims")
-    others = sorted(n for n in printer.namespace.globals if n not in ("torch", "prims"))
+    imports += [line for name, (_, line) in _NAMED_MODULES.items() if name in printer.namespace.globals]
+    others = sorted(n for n in printer.namespace.globals if n != "torch" and n not in _NAMED_MODULES)
     if others:
         header.append("# Globals supplied by python_callable(): " + ", ".join(others))
     source = "\n".join(header + imports + ["", ""] + lines) + "\n"

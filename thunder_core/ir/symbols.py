@@ -71,6 +71,14 @@ class Symbol:
         return tag in self.tags
 
 
+def _delete(*values) -> None:
+    """Reference meaning of ``del``: nothing to compute."""
+
+
+def _delete_symbol() -> Symbol:
+    return Symbol(name="del", impl=_delete, printed_name="del", tags=frozenset({PYTHON}))
+
+
 @dataclass(frozen=True)
 class SourceLocation:
     """The user's line that an operation came from."""
@@ -140,3 +148,7 @@ class BoundSymbol:
 
     def __repr__(self) -> str:
         return f"<BoundSymbol {self.symbol.printed_name} -> {[p.name for p in self.flat_outputs()]}>"
+
+
+#: The ``del`` statement of generated code (run by the python executor).
+delete_symbol = _delete_symbol()

@@ -10,9 +10,11 @@ take a tuple of dims and keep the input dtype.
 from __future__ import annotations
 
 import builtins
+import sys
 
 import torch
 
+from thunder_core.ir.codegen import register_named_module
 from thunder_core.ir.symbols import RANDOM, Symbol
 
 PRIMS: dict[str, Symbol] = {}
@@ -201,3 +203,6 @@ def _uniform(shape, low, high, dtype, device):
 full = _prim("full", _full)
 iota = _prim("iota", _iota)
 uniform = _prim("uniform", _uniform, tags=(RANDOM,))
+
+
+register_named_module("prims", sys.modules[__name__], "from thunder_core.ops import prims")

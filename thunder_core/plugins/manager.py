@@ -97,7 +97,7 @@ class PluginInfo:
 
 
 def _core_version() -> str:
-    from thunder_core import __version__
+    from thunder_core._version import __version__
 
     return __version__
 

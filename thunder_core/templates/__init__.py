@@ -12,7 +12,7 @@ def write_executor_package(name: str, directory: str = ".") -> Path:
     """Write ``thunder-executor-<name>/`` under ``directory`` and return its path."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"executor name {name!r}: use lowercase letters, digits and underscores")
-    from thunder_core import __version__
+    from thunder_core._version import __version__
 
     major, minor = __version__.split(".")[:2]
     values = {

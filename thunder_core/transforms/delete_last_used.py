@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import time
 
-from thunder_core.executors.python_executor import delete_symbol
 from thunder_core.ir.proxies import is_proxy
-from thunder_core.ir.symbols import BoundSymbol
+from thunder_core.ir.symbols import BoundSymbol, delete_symbol
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 

@@ -37,6 +37,19 @@ def same_call(bsym: BoundSymbol, args: tuple, kwargs: dict):
 
 
 def replay(trace: Trace, visit: Callable = same_call, *, name: str = "replay") -> Trace:
+    """A new trace made by calling ``visit(bsym, args, kwargs)`` for each bound symbol of ``trace``.
+
+    ``args``/``kwargs`` are already renamed to the new trace's values; ``visit`` returns the new
+    outputs, usually by calling symbols (which records them, with fresh decompositions and
+    metadata). The default re-records each call unchanged. A transform that doubles every
+    ``exp``::
+
+        def visit(bsym, args, kwargs):
+            out = bsym.symbol(*args, **kwargs)
+            return get_symbol("mul")(out, 2) if bsym.symbol is get_symbol("exp") else out
+
+        new_trace = replay(trace, visit, name="double-exp")
+    """
     start = time.perf_counter()
     recorder = Recorder(Namer(all_names(trace)), top_level=False)
     renamed: dict[int, object] = {}

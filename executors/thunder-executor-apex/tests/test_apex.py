@@ -11,14 +11,14 @@ import torch
 from thunder_executor_apex import problems
 from thunder_executor_apex.checks import cross_entropy_checker, norm_checker
 
-from thunder_core.ir.proxies import TensorProxy
-from thunder_core.plugins.manager import plugin_manager
+from thunder_core.extend import TensorProxy
+from thunder_core.testing import plugin_info
 
 PROBLEMS = problems()
 
 
 def test_probe_reports_what_is_missing():
-    info = plugin_manager().load(plugin_manager().plugins["apex"])
+    info = plugin_info("apex")
     if PROBLEMS:
         assert info.status == "unavailable" and info.reason == "; ".join(PROBLEMS)
         assert "NVIDIA/apex" in info.remedy

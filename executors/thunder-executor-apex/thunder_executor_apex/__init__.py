@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 
+from thunder_core.extend import availability, cuda_device
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import availability, cuda_device
 
 BUILD = (
     "build NVIDIA Apex from its source repository (NVIDIA/apex) with its CUDA extensions "

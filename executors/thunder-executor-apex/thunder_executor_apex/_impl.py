@@ -12,9 +12,7 @@ import torch
 from apex.normalization.fused_layer_norm import fused_layer_norm_affine, fused_rms_norm_affine
 
 from thunder_core import OperatorExecutor
-from thunder_core.autodiff.fallback import fallback_rule
-from thunder_core.ir.symbols import Symbol
-from thunder_core.ops import TORCH_SYMBOLS
+from thunder_core.extend import Symbol, autograd_fallback, get_symbol, torch_symbols
 from thunder_executor_apex.checks import cross_entropy_checker, norm_checker
 
 HAS_XENTROPY = importlib.util.find_spec("apex.contrib.xentropy") is not None
@@ -57,9 +55,9 @@ def build_executor() -> OperatorExecutor:
         ("rms_norm", rms_norm, norm_checker("RMSNorm")),
         ("layer_norm", layer_norm, norm_checker("LayerNorm")),
     ):
-        if name in TORCH_SYMBOLS:
+        if name in torch_symbols():
             symbol = Symbol(f"apex_{name}", fn, f"apex_{name}", meta=None)
             executor.register_implementation(
-                TORCH_SYMBOLS[name], fn, checker=checker, grad=fallback_rule(symbol)
+                get_symbol(name), fn, checker=checker, grad=autograd_fallback(symbol)
             )
     return executor

@@ -8,8 +8,8 @@ from thunder_executor_cudnn import problems
 from thunder_executor_cudnn.checks import sdpa_checker
 
 import thunder_core
-from thunder_core.ir.proxies import TensorProxy
-from thunder_core.plugins.manager import plugin_manager
+from thunder_core.extend import TensorProxy
+from thunder_core.testing import plugin_info
 
 PROBLEMS = problems()
 
@@ -20,7 +20,7 @@ def proxy(name, shape, dtype=torch.bfloat16, device="cuda"):
 
 def test_probe_states_every_missing_requirement_and_the_remedy(monkeypatch):
     monkeypatch.delenv("THUNDER_CORE_NO_AUTOLOAD", raising=False)  # the default selection, as users get it
-    info = plugin_manager().load(plugin_manager().plugins["cudnn"])
+    info = plugin_info("cudnn")
     if not PROBLEMS:
         assert info.status == "available"
         return

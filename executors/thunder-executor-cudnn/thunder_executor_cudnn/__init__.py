@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from thunder_core.extend import availability, cuda_device, library
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import availability, cuda_device, library
 
 MIN_CAPABILITY = (8, 0)
 REMEDY = (

@@ -14,8 +14,7 @@ import cudnn
 import torch
 
 from thunder_core import OperatorExecutor
-from thunder_core.ir.symbols import Symbol
-from thunder_core.ops import TORCH_SYMBOLS, new_proxy
+from thunder_core.extend import Symbol, get_symbol, new_tensor_proxy
 from thunder_executor_cudnn.checks import sdpa_checker
 
 _CUDNN_TYPES = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16}
@@ -120,13 +119,17 @@ def sdpa_backward(grad, q, k, v, out, stats, scale: float, causal: bool):
 
 
 def _forward_meta(q, k, v, scale, causal, training):
-    out = new_proxy(q.shape, q.dtype, q.device, strides=q.stride())
-    stats = new_proxy((q.shape[0], q.shape[1], q.shape[2], 1), torch.float32, q.device) if training else None
+    out = new_tensor_proxy(q.shape, q.dtype, q.device, strides=q.stride())
+    stats = (
+        new_tensor_proxy((q.shape[0], q.shape[1], q.shape[2], 1), torch.float32, q.device)
+        if training
+        else None
+    )
     return out, stats
 
 
 def _backward_meta(grad, q, k, v, out, stats, scale, causal):
-    return tuple(new_proxy(x.shape, x.dtype, x.device, strides=x.stride()) for x in (q, k, v))
+    return tuple(new_tensor_proxy(x.shape, x.dtype, x.device, strides=x.stride()) for x in (q, k, v))
 
 
 forward_symbol = Symbol("cudnn_sdpa_forward", sdpa_forward, "cudnn_sdpa_forward", meta=_forward_meta)
@@ -156,7 +159,7 @@ def build_executor() -> OperatorExecutor:
     executor = OperatorExecutor("cudnn", version=str(cudnn.backend_version()))
     checker = sdpa_checker(torch.cuda.get_device_capability())
     executor.register_implementation(
-        TORCH_SYMBOLS["scaled_dot_product_attention"], inference, checker=checker, grad=vjp
+        get_symbol("scaled_dot_product_attention"), inference, checker=checker, grad=vjp
     )
     executor.register_implementation(forward_symbol, sdpa_forward)
     executor.register_implementation(backward_symbol, sdpa_backward)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 
+from thunder_core.extend import availability, cuda_device
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import availability, cuda_device
 
 REMEDY = "pip install 'thunder-executor-cupy[cuda12]' (CuPy for CUDA 12) on a machine with an NVIDIA GPU"
 

@@ -12,9 +12,7 @@ import cupy
 import torch
 
 from thunder_core import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
-from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.tree import leaves
-from thunder_core.ops import TORCH_SYMBOLS, prims
+from thunder_core.extend import TensorProxy, get_symbol, leaves, prim_symbols
 from thunder_executor_cupy.codegen import (
     C_TYPES,
     SOFTMAX_SOURCE,
@@ -50,9 +48,9 @@ class CupyExecutor(FusionExecutor):
     def __init__(self):
         super().__init__("cupy", version=cupy.__version__)
         for name in ELEMENTWISE_OPS:
-            self.register_supported(TORCH_SYMBOLS[name])
+            self.register_supported(get_symbol(name))
         for name in SUPPORTED:
-            self.register_supported(prims.PRIMS[name])
+            self.register_supported(prim_symbols()[name])
 
     def check(self, bsym):
         verdict = super().check(bsym)
@@ -87,5 +85,5 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
 
 def softmax_executor() -> OperatorExecutor:
     executor = OperatorExecutor("cupy_softmax", version=cupy.__version__)
-    executor.register_implementation(TORCH_SYMBOLS["softmax"], softmax, checker=softmax_checker)
+    executor.register_implementation(get_symbol("softmax"), softmax, checker=softmax_checker)
     return executor

@@ -11,8 +11,7 @@ import math
 
 import torch
 
-from thunder_core.executors.base import RegionNotSupported, flatten_to_prims
-from thunder_core.ir.proxies import TensorProxy
+from thunder_core.extend import RegionNotSupported, TensorProxy, flatten_to_prims
 
 C_TYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64", torch.bool: "bool"}
 C_NAMES = {torch.float32: "float", torch.float16: "float16", torch.float64: "double", torch.bool: "bool"}

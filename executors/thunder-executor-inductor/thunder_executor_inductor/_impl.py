@@ -23,10 +23,15 @@ from torch._inductor import cpu_vec_isa
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
-from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM
-from thunder_core.ir.tree import leaves
-from thunder_core.ops import TORCH_SYMBOLS, prims
+from thunder_core.extend import (
+    INPLACE,
+    OPAQUE,
+    RANDOM,
+    TensorProxy,
+    leaves,
+    prim_symbols,
+    torch_symbols,
+)
 
 # Kernels Inductor calls as external libraries: fusing around them buys nothing here.
 EXTERNAL = {"matmul", "mm", "bmm", "linear", "scaled_dot_product_attention", "embedding", "cross_entropy"}
@@ -73,10 +78,10 @@ class InductorExecutor(FusionExecutor):
         # Inductor's one-time set-up runs while thunder_core captures and differentiates.
         self._warm_up = threading.Thread(target=_warm_up, name="thunder-inductor-warm-up", daemon=True)
         self._warm_up.start()
-        for symbol in TORCH_SYMBOLS.values():
+        for symbol in torch_symbols().values():
             if symbol.name not in EXTERNAL and not symbol.has_tag(RANDOM):
                 self.register_supported(symbol)
-        for symbol in prims.PRIMS.values():
+        for symbol in prim_symbols().values():
             if not symbol.has_tag(RANDOM) and symbol.name != "matmul":
                 self.register_supported(symbol)
 

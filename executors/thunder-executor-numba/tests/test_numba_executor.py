@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import thunder_core
+from thunder_core.testing import plugin_info
 from thunder_core.testing.models import check_litgpt_training
 
 
@@ -75,7 +76,7 @@ def test_each_region_signature_compiles_once():
     jfn = thunder_core.jit(chain, executors=["numba"])
     x, w, b = (torch.randn(1000) for _ in range(3))
     jfn(x, w, b)
-    executor = thunder_core.plugins.manager.plugin_manager().plugins["numba"].executors[0]
+    executor = plugin_info("numba").executors[0]
     kernels = len(executor._kernels)
     other = thunder_core.jit(lambda x, w, b: chain(x, w, b), executors=["numba"])  # same region
     torch.testing.assert_close(other(x, w, b), chain(x, w, b))

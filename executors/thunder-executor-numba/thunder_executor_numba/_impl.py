@@ -16,8 +16,7 @@ from pathlib import Path
 import torch
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
-from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.tree import leaves
+from thunder_core.extend import TensorProxy, leaves
 from thunder_executor_numba.codegen import (
     DTYPES,
     PRELUDE,

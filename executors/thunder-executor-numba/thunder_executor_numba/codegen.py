@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from thunder_core.executors.base import RegionNotSupported, flatten_to_prims
-from thunder_core.ir.proxies import TensorProxy
+from thunder_core.extend import RegionNotSupported, TensorProxy, flatten_to_prims
 
 FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bool: "b8"}

@@ -8,13 +8,13 @@ from thunder_executor_nvfuser import problems
 from thunder_executor_nvfuser.translate import Ref, recipe
 
 import thunder_core
-from thunder_core.plugins.manager import plugin_manager
+from thunder_core.testing import plugin_info
 
 PROBLEMS = problems()
 
 
 def test_probe_reports_what_is_missing():
-    info = plugin_manager().load(plugin_manager().plugins["nvfuser"])
+    info = plugin_info("nvfuser")
     if PROBLEMS:
         assert info.status == "unavailable" and info.reason == "; ".join(PROBLEMS)
         assert "nvfuser" in info.remedy

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from thunder_core.extend import availability, cuda_device, library
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import availability, cuda_device, library
 
 VERSIONS = ">=0.2"
 REMEDY = "pip install the nvfuser wheel built for your CUDA and torch (e.g. nvfuser-cu128-torch27) on a GPU machine"

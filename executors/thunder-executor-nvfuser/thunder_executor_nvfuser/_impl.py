@@ -8,9 +8,7 @@ except ImportError:  # the direct bindings of newer releases
     from nvfuser_direct import DataType, FusionDefinition
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
-from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.tree import leaves
-from thunder_core.ops import TORCH_SYMBOLS, prims
+from thunder_core.extend import TensorProxy, leaves, prim_symbols, torch_symbols
 from thunder_executor_nvfuser.translate import DTYPES, RENAMED, SAME_NAME, Ref, recipe
 
 PRIMS = SAME_NAME | set(RENAMED) | {"sum", "var", "convert_element_type", "broadcast_in_dim", "reshape",
@@ -47,8 +45,8 @@ class NvFuserExecutor(FusionExecutor):
         super().__init__("nvfuser")
         self._fusions: dict[str, FusionDefinition] = {}
         for name in PRIMS:
-            self.register_supported(prims.PRIMS[name])
-        for symbol in TORCH_SYMBOLS.values():
+            self.register_supported(prim_symbols()[name])
+        for symbol in torch_symbols().values():
             if symbol.decomposition is not None:
                 self.register_supported(symbol)
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from thunder_core.executors.base import RegionNotSupported, flatten_to_prims
-from thunder_core.ir.proxies import TensorProxy
+from thunder_core.extend import RegionNotSupported, TensorProxy, flatten_to_prims
 
 DTYPES = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double",
           torch.int64: "Int", torch.int32: "Int32", torch.bool: "Bool"}  # fmt: skip

@@ -8,14 +8,14 @@ from thunder_executor_te import problems
 from thunder_executor_te.checks import linear_checker
 
 import thunder_core
-from thunder_core.ir.proxies import TensorProxy
-from thunder_core.plugins.manager import plugin_manager
+from thunder_core.extend import TensorProxy
+from thunder_core.testing import plugin_info
 
 PROBLEMS = problems()
 
 
 def test_probe_reports_what_is_missing():
-    info = plugin_manager().load(plugin_manager().plugins["te"])
+    info = plugin_info("te")
     if PROBLEMS:
         assert info.status == "unavailable" and info.reason == "; ".join(PROBLEMS)
         assert "8.9+ for FP8" in info.remedy

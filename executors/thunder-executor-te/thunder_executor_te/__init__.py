@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from thunder_core.extend import availability, cuda_device, library
 from thunder_core.plugins import Availability, hookimpl
-from thunder_core.plugins.probes import availability, cuda_device, library
 
 REMEDY = (
     "pip install 'thunder-executor-te[te]' on a machine with an NVIDIA GPU (compute capability 8.9+ for FP8)"

@@ -14,9 +14,7 @@ import transformer_engine.pytorch as te
 from transformer_engine.common.recipe import DelayedScaling, Format
 
 from thunder_core import OperatorExecutor
-from thunder_core.autodiff.fallback import fallback_rule
-from thunder_core.ir.symbols import Symbol
-from thunder_core.ops import TORCH_SYMBOLS
+from thunder_core.extend import Symbol, autograd_fallback, get_symbol
 from thunder_executor_te.checks import linear_checker
 
 RECIPE = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16, amax_compute_algo="max")
@@ -53,6 +51,6 @@ def build_executor(fp8: bool = True) -> OperatorExecutor:
 
     symbol = Symbol("te_linear", run, "te_linear")
     executor.register_implementation(
-        TORCH_SYMBOLS["linear"], run, checker=linear_checker(capability, use_fp8), grad=fallback_rule(symbol)
+        get_symbol("linear"), run, checker=linear_checker(capability, use_fp8), grad=autograd_fallback(symbol)
     )
     return executor

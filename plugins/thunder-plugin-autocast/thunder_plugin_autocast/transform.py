@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from thunder_core.plugins.errors import ConfigError
-from thunder_core.transforms.autocast import DEVICE_TYPES, autocast_transform
+from thunder_core.extend import AUTOCAST_DEVICE_TYPES as DEVICE_TYPES
+from thunder_core.extend import ConfigError, autocast_transform
 
 _LOW = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
