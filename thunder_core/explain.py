@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from thunder_core.inspection import _function, _last
+from thunder_core.inspection import _function, _last, compile_report
 from thunder_core.ir.codegen import Printer
 
 
@@ -25,13 +25,15 @@ class Explanation:
     not_used: dict[str, str]
     operations: list[OperationReport]
     notes: list[str]
+    graphs: list[str] = field(default_factory=list)  # torch.compile front end: graphs, breaks, splits
 
     def for_symbol(self, name: str) -> list[OperationReport]:
         """Reports whose operation calls ``name`` (e.g. ``"torch.add"``)."""
         return [r for r in self.operations if f"{name}(" in r.operation]
 
     def __str__(self) -> str:
-        lines = [f"executors, in claim order: {', '.join(self.executors)}"]
+        lines = list(self.graphs)
+        lines.append(f"executors, in claim order: {', '.join(self.executors)}")
         for name, why in sorted(self.not_used.items()):
             lines.append(f"  not used: {name}: {why}")
         for note in self.notes:
@@ -58,8 +60,50 @@ def _failed_at_run_time(trace) -> dict[str, str]:
     return failed
 
 
+def _graph_lines(report) -> list[str]:
+    lines = [f'torch.compile(backend="thunder_core"): {len(report.graphs)} graph(s) from Dynamo']
+    for record in report.graphs:
+        ending = "graph break" if record.graph_break else "end of graph"
+        lines.append(f"graph {record.index} ({record.code}): {ending} at {record.location}")
+        lines.append(f"    Dynamo: {record.ended_by[:300]}")
+        for part in record.partitions:
+            runner = (
+                "thunder_core"
+                if part.owner == "thunder_core"
+                else getattr(record.compiled.get(part.name), "runner", "fallback")
+            )
+            lines.append(f"  {part.name}: {len(part.nodes)} node(s) -> {runner}")
+            for reason in part.reasons:
+                lines.append(f"      split: {reason}")
+        for note in record.notes:
+            lines.append(f"  note: {note}")
+    return lines
+
+
+def _explain_compiled(report) -> Explanation:
+    operations, notes, executors, not_used = [], [], ["torch"], {}
+    for record, name, part in report.thunder_parts():
+        if part._forward.last_compiled() is None:
+            continue
+        inner = explain(part)
+        executors, not_used = inner.executors, inner.not_used
+        notes += [f"graph {record.index} {name}: {note}" for note in inner.notes]
+        for r in inner.operations:
+            operations.append(replace(r, trace=f"graph {record.index} {name} {r.trace}"))
+    return Explanation(executors, not_used, operations, notes, _graph_lines(report))
+
+
 def explain(jfn) -> Explanation:
-    """Explain the executors' choices for the most recent call of ``jfn``."""
+    """Explain the executors' choices for the most recent call of ``jfn``.
+
+    ``jfn`` is what ``thunder_core.jit`` returned, or what ``torch.compile(...,
+    backend="thunder_core")`` returned: then the report starts with every graph Dynamo handed
+    over, why it ended (a graph break, with Dynamo's reason and the source line), and how it was
+    split between thunder_core and the fallback (which node, and why).
+    """
+    report = compile_report(jfn)
+    if report is not None:
+        return _explain_compiled(report)
     function = _function(jfn)
     compiled = _last(jfn)
     job = function._job

@@ -13,8 +13,23 @@ def _function(jfn) -> ThunderFunction:
     if isinstance(jfn, ThunderFunction):
         return jfn
     raise TypeError(
-        f"expected a function or module returned by thunder_core.jit, got {type(jfn).__qualname__}"
+        f"expected a function or module returned by thunder_core.jit or by torch.compile(..., "
+        f"backend='thunder_core'), got {type(jfn).__qualname__}"
     )
+
+
+def compile_report(compiled):
+    """The report of a ``torch.compile(..., backend="thunder_core")`` object, or None for anything else."""
+    if getattr(compiled, "_torchdynamo_orig_callable", None) is None:
+        return None
+    from thunder_core.dynamo.compiler import report_for
+
+    report = report_for(compiled)
+    if report is None:
+        raise RuntimeError(
+            "this torch.compile-d object has not run through backend='thunder_core' yet: call it once"
+        )
+    return report
 
 
 def _last(jfn):
@@ -34,12 +49,28 @@ def last_traces(jfn) -> list[Trace]:
     followed by the backward traces (ending with the executed ``backward``); see also
     ``last_backward_traces``.
     """
+    report = compile_report(jfn)
+    if report is not None:
+        return [
+            t
+            for _, _, part in report.thunder_parts()
+            if part._forward.last_compiled()
+            for t in last_traces(part)
+        ]
     compiled = _last(jfn)
     return [*compiled.traces, *compiled.backward_traces]
 
 
 def last_backward_traces(jfn) -> list[Trace]:
     """The backward traces of the most recent call ([] when it needed no gradients)."""
+    report = compile_report(jfn)
+    if report is not None:
+        return [
+            t
+            for _, _, part in report.thunder_parts()
+            if part._forward.last_compiled()
+            for t in last_backward_traces(part)
+        ]
     return list(_last(jfn).backward_traces)
 
 

@@ -1,0 +1,234 @@
+"""The torch.compile front end: ``torch.compile(fn, backend="thunder_core")``.
+
+Programs with graph breaks, training, real models and stale values, against eager; the report
+must name every break and split, and thunder_core must have run the parts around each break.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zlib
+
+import pytest
+import torch
+from torch import nn
+
+import thunder_core
+from thunder_core import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def compiled(fn, **options):
+    return torch.compile(fn, backend="thunder_core", options=options or None)
+
+
+def thunder_ran(report_text: str, graph: int) -> bool:
+    return f"[graph {graph} submod_" in report_text
+
+
+def test_registered_by_entry_point_in_a_fresh_interpreter():
+    program = (
+        "import torch\n"
+        "assert 'thunder_core' in torch._dynamo.list_backends(), torch._dynamo.list_backends()\n"
+        "f = torch.compile(lambda x: (x.sin() * 2).sum(), backend='thunder_core')\n"
+        "x = torch.randn(8)\n"
+        "torch.testing.assert_close(f(x), (x.sin() * 2).sum())\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def _item_branch(x, w):
+    y = (x @ w).relu()
+    if y.sum().item() > 0:
+        y = y * 2
+    return (y.sin() + 1).sum()
+
+
+def _print(x, w):
+    y = torch.tanh(x @ w)
+    print("between graphs")
+    return (y * y).sum()
+
+
+def _loop(x, w):
+    y = x @ w
+    while y.sum() > 0:
+        y = y - 1.5
+    return (y.exp() * 0.5).sum()
+
+
+def _library(x, w):
+    y = (x @ w).sigmoid()
+    salt = zlib.crc32(b"thunder") % 7
+    return (y * salt + y.cos()).sum()
+
+
+def _nonzero(x, w):
+    y = x @ w
+    picked = y[torch.nonzero(y > 0, as_tuple=True)]
+    return (picked.sin().sum() + y.tanh().sum()) * 0.5
+
+
+@pytest.mark.parametrize("program", [_item_branch, _print, _loop, _library, _nonzero])
+def test_graph_breaks_forward_training_and_report(program, capsys):
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    w = torch.randn(4, 4, requires_grad=True)
+    expected = program(x, w)
+    (expected_grad,) = torch.autograd.grad(expected, w)
+    opt = compiled(program)
+    actual = opt(x, w)
+    (actual_grad,) = torch.autograd.grad(actual, w)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(actual_grad, expected_grad)
+    report = str(thunder_core.explain(opt))
+    assert "graph break at" in report and "Dynamo:" in report
+    breaks = report.count("graph break at")
+    assert breaks >= 1
+    assert thunder_ran(report, 0), report  # thunder_core ran the part before the first break
+    last = report.count("graph ") and max(i for i in range(10) if f"graph {i} (" in report)
+    assert last >= 1 and thunder_ran(report, last), report  # and the part after the last one
+    assert thunder_core.last_traces(opt), "the traces of every thunder_core part"
+    assert thunder_core.last_backward_traces(opt), "training through thunder_core's autodiff"
+
+
+@pytest.mark.parametrize("fallback", ["inductor", "eager"])
+def test_an_op_without_a_symbol_is_split_off_with_its_reason(fallback):
+    def fn(x):
+        y = x.sin() * 2
+        z = torch.gradient(y, dim=0)[0]
+        return (y + z).cos()
+
+    x = torch.randn(5, 3)
+    if True:
+        opt = compiled(fn, fallback=fallback)
+        torch.testing.assert_close(opt(x), fn(x))
+        report = str(thunder_core.explain(opt))
+        assert "split: gradient (torch.gradient): no thunder_core symbol" in report
+        assert f"-> {fallback}" in report
+        assert report.count("-> thunder_core") == 2, report  # before and after the split
+
+
+def test_options_select_executors_and_unknown_options_are_errors():
+    opt = compiled(lambda x: (x * 2).exp(), executors=["torch"])
+    opt(torch.randn(3))
+    assert thunder_core.explain(opt).executors == ["torch"]
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown torch.compile option"):
+        compiled(lambda x: x * 2, executor=["torch"])(torch.randn(3))
+    assert issubclass(ConfigError, Exception)
+
+
+def test_dynamic_shapes_compile_and_say_so():
+    def fn(x):
+        return (x.sin() * x.shape[0]).sum(0)
+
+    opt = torch.compile(fn, backend="thunder_core", dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(opt(x), fn(x))
+    assert "dynamic shapes" in str(thunder_core.explain(opt))
+
+
+# The stale-value cases of the trust issue, through Dynamo's guards.
+SCALE = 2.0
+
+
+def test_stale_values_are_seen_through_dynamos_guards():
+    global SCALE
+
+    class Configured(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(3, 3)
+            self.power = 2
+
+        def forward(self, x):
+            return self.linear(x) ** self.power * SCALE
+
+    torch.manual_seed(0)
+    model = Configured()
+    opt = torch.compile(model, backend="thunder_core")
+    x = torch.randn(2, 3)
+    try:
+        torch.testing.assert_close(opt(x), model(x))
+        SCALE = 3.0
+        torch.testing.assert_close(opt(x), model(x))
+        model.power = 3
+        torch.testing.assert_close(opt(x), model(x))
+        model.eval()
+        handle = model.linear.register_forward_hook(lambda m, i, out: out + 1)
+        torch.testing.assert_close(opt(x), model(x))
+        handle.remove()
+    finally:
+        SCALE = 2.0
+
+
+@pytest.mark.slow
+def test_litgpt_trains_like_eager_through_the_backend():
+    from thunder_core.testing.models import small_litgpt
+
+    torch.manual_seed(0)
+    model = small_litgpt(n_layer=2)
+    reference = small_litgpt(n_layer=2)
+    reference.load_state_dict(model.state_dict())
+    opt_model = torch.compile(model, backend="thunder_core")
+    idx = torch.randint(0, 128, (2, 17))
+    _train_like_eager(opt_model, model, reference, idx)
+
+
+@pytest.mark.slow
+def test_hf_llama_trains_like_eager_through_the_backend():
+    from models import hf_llama
+
+    torch.manual_seed(0)
+    model, reference = hf_llama(), hf_llama()
+    reference.load_state_dict(model.state_dict())
+    opt_model = torch.compile(model, backend="thunder_core")
+    idx = torch.randint(0, model.config.vocab_size, (2, 12))
+
+    def loss_of(m):
+        return m(idx, labels=idx).loss
+
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, reference)]
+    for _ in range(3):
+        losses = []
+        for m, o in zip((opt_model, reference), optimizers):
+            o.zero_grad()
+            loss = loss_of(m)
+            loss.backward()
+            o.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-5)
+    assert thunder_core.last_traces(opt_model)
+
+
+def _train_like_eager(opt_model, model, reference, idx):
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, reference)]
+
+    def loss_of(m):
+        logits = m(idx[:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+
+    for _ in range(3):
+        losses = []
+        for m, o in zip((opt_model, reference), optimizers):
+            o.zero_grad()
+            loss = loss_of(m)
+            loss.backward()
+            o.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert thunder_core.last_traces(opt_model) and thunder_core.last_backward_traces(opt_model)

@@ -1,0 +1,116 @@
+"""Splitting a Dynamo FX graph into the parts thunder_core captures and the rest.
+
+A node is thunder_core's when capture would record it as a thunder_core symbol (a registered
+torch-level op, a Tensor method or operator that maps to one, or Python bookkeeping such as
+``getitem``); a node capture would only run as an opaque torch call is not. Partitions are
+contiguous runs in graph order, so a split happens only where support flips.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+from torch import fx
+
+from thunder_core.ops.registry import lookup, torch_path
+
+# Python-level nodes Dynamo emits that capture handles without a symbol of their own.
+_BOOKKEEPING = {operator.getitem, getattr, len, tuple, list, isinstance, torch._C._set_grad_enabled}
+_OPERATOR_DUNDERS = {
+    operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__", operator.truediv: "__truediv__",
+    operator.floordiv: "__floordiv__", operator.mod: "__mod__", operator.pow: "__pow__", operator.matmul: "__matmul__",
+    operator.neg: "__neg__", operator.pos: "__pos__", operator.abs: "__abs__", operator.invert: "__invert__",
+    operator.and_: "__and__", operator.or_: "__or__", operator.xor: "__xor__", operator.lt: "__lt__",
+    operator.le: "__le__", operator.gt: "__gt__", operator.ge: "__ge__", operator.eq: "__eq__", operator.ne: "__ne__",
+    operator.lshift: "__lshift__", operator.rshift: "__rshift__", operator.iadd: "__iadd__", operator.imul: "__imul__",
+    operator.isub: "__isub__", operator.itruediv: "__itruediv__",
+}  # fmt: skip
+
+
+@dataclass
+class SplitReason:
+    """Why a node is not thunder_core's."""
+
+    node: str
+    target: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.node} ({self.target}): {self.reason}"
+
+
+@dataclass
+class Partition:
+    """A contiguous run of nodes with one owner: ``"thunder_core"`` or the fallback."""
+
+    name: str
+    owner: str
+    nodes: list[str] = field(default_factory=list)
+    reasons: list[SplitReason] = field(default_factory=list)
+
+
+def _target_name(node: fx.Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return f"Tensor.{target}" if node.op == "call_method" else target
+    return torch_path(target) or getattr(target, "__qualname__", None) or repr(target)
+
+
+def support(node: fx.Node) -> SplitReason | None:
+    """None if thunder_core captures ``node`` as its own symbol(s), else why not."""
+    if node.op in ("placeholder", "output", "get_attr"):
+        return None
+    if node.op == "call_module":
+        return None  # a submodule's forward is captured op by op
+    target = node.target
+    if node.op == "call_method":
+        method = getattr(torch.Tensor, target, None)
+        if method is not None and lookup(method) is not None:
+            return None
+        return SplitReason(node.name, _target_name(node), "no thunder_core symbol for this Tensor method")
+    if target in _BOOKKEEPING:
+        return None
+    dunder = _OPERATOR_DUNDERS.get(target)
+    if dunder is not None:
+        if any(
+            isinstance(a, fx.Node) and isinstance(a.meta.get("example_value"), torch.Tensor)
+            for a in node.args
+        ):
+            return (
+                None
+                if lookup(getattr(torch.Tensor, dunder, None)) is not None
+                else SplitReason(node.name, _target_name(node), f"no thunder_core symbol for Tensor.{dunder}")
+            )
+        return None  # arithmetic on Python numbers (sizes)
+    if lookup(target) is not None:
+        return None
+    if getattr(target, "__module__", "") in ("math", "builtins", "_operator"):
+        return None
+    return SplitReason(
+        node.name, _target_name(node), "no thunder_core symbol: capture could only run it as an opaque call"
+    )
+
+
+def partition(gm: fx.GraphModule) -> tuple[dict[fx.Node, int], list[Partition]]:
+    """Each computing node's partition id, and the partitions in graph order."""
+    assignment: dict[fx.Node, int] = {}
+    partitions: list[Partition] = []
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        reason = support(node)
+        owner = "thunder_core" if reason is None else "fallback"
+        if node.op == "get_attr" and partitions:
+            owner = partitions[-1].owner  # constants travel with their consumers
+        source = node.args[0] if node.target is operator.getitem and node.args else None
+        if isinstance(source, fx.Node) and source in assignment:
+            owner = partitions[assignment[source]].owner  # unpacking stays with what it unpacks
+        if not partitions or partitions[-1].owner != owner:
+            partitions.append(Partition(f"submod_{len(partitions)}", owner))
+        partitions[-1].nodes.append(node.name)
+        if reason is not None:
+            partitions[-1].reasons.append(reason)
+        assignment[node] = len(partitions) - 1
+    return assignment, partitions
