@@ -46,6 +46,9 @@ def litgpt_forward() -> None:
         "torch.compile": torch.compile(model),
         "thunder_core (guarded)": thunder_core.jit(model, executors=["torch"]),
         "thunder_core (same input)": thunder_core.jit(model, executors=["torch"], cache="same input"),
+        "torch.compile(thunder_core)": torch.compile(
+            model, backend="thunder_core", options={"executors": ["torch"]}
+        ),
     }
     with torch.no_grad():
         for fn in backends.values():
@@ -70,6 +73,7 @@ def main() -> None:
         "torch.compile": torch.compile(add),
         "thunder_core": thunder_core.jit(add),
         "thunder_core (same input)": thunder_core.jit(add, cache="same input"),
+        "torch.compile(thunder_core)": torch.compile(add, backend="thunder_core"),
     }
     for fn in backends.values():
         torch.testing.assert_close(fn(a, b), a + b)

@@ -1,5 +1,7 @@
 """litgpt 4-layer training step (forward + backward) on CPU: eager, torch.compile, thunder_core.
 
+torch.compile runs with its default backend (Inductor) and with ``backend="thunder_core"``.
+
 For each backend, in its own process: the first call (wrapping the model, capture/compile
 and one step; compile caches on disk as earlier runs left them), the median step time, and
 the peak memory one step adds. Ratios are against eager measured in the same run.
@@ -29,6 +31,7 @@ BACKENDS = (
     "thunder_core[inductor]",
     "thunder_core[numba+inductor]",
     "thunder_core[inductor+numba]",
+    "torch.compile(backend=thunder_core)",
 )
 BATCH, LENGTH = 4, 256
 
@@ -57,6 +60,8 @@ def measure(backend: str, steps: int, what: str) -> dict:
     start = time.perf_counter()  # the first call counts wrapping too: torch.compile's is lazy
     if backend == "torch.compile":
         model = torch.compile(model)
+    elif backend == "torch.compile(backend=thunder_core)":
+        model = torch.compile(model, backend="thunder_core")  # the default executors
     elif backend.startswith("thunder_core"):
         import thunder_core
 

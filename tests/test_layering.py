@@ -33,7 +33,7 @@ LAYERS = [
     ("plugins.errors", "plugins.hookspecs", "plugins.probes", "plugins.config"),
     ("executors",),
     ("plugins",),
-    ("jit",),
+    ("jit", "dynamo"),
     ("inspection", "explain"),
     ("extend", "testing", "cli", "templates", "__main__", ""),
 ]
