@@ -9,6 +9,7 @@ the peak memory one step adds. Ratios are against eager measured in the same run
     python benchmarks/training_step.py            # all backends
     python benchmarks/training_step.py --steps 20
     python benchmarks/training_step.py --cold     # also the first call with empty compile caches
+    python benchmarks/training_step.py --model llama   # transformers' LlamaForCausalLM instead
 """
 
 from __future__ import annotations
@@ -36,12 +37,25 @@ BACKENDS = (
 BATCH, LENGTH = 4, 256
 
 
-def build_model():
+MODELS = ("litgpt", "llama")
+
+
+def build_model(name: str = "litgpt"):
+    """litgpt GPT, or transformers' LlamaForCausalLM: 4 layers, width 256, random weights."""
     import torch
+
+    torch.manual_seed(0)
+    if name == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            vocab_size=2048, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
+            num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=LENGTH, use_cache=False,
+        )  # fmt: skip
+        return LlamaForCausalLM(config)
     from litgpt.config import Config
     from litgpt.model import GPT
 
-    torch.manual_seed(0)
     config = Config(
         name="bench-4-layer", block_size=LENGTH, vocab_size=2048, padded_vocab_size=2048, n_layer=4,
         n_head=8, n_query_groups=8, n_embd=256, intermediate_size=1024, bias=False,
@@ -50,13 +64,21 @@ def build_model():
     return GPT(config)
 
 
-def measure(backend: str, steps: int, what: str) -> dict:
+def loss_of(model, idx, name: str):
+    import torch
+
+    if name == "llama":
+        return model(idx[:, :-1], labels=idx[:, :-1]).loss
+    logits = model(idx[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+
+
+def measure(backend: str, steps: int, what: str, name: str = "litgpt") -> dict:
     import torch
     from measure import median_seconds, peak_memory_bytes
 
-    model = build_model()
+    model = build_model(name)
     idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
-    inputs, targets = idx[:, :-1], idx[:, 1:].reshape(-1)
     start = time.perf_counter()  # the first call counts wrapping too: torch.compile's is lazy
     if backend == "torch.compile":
         model = torch.compile(model)
@@ -71,8 +93,7 @@ def measure(backend: str, steps: int, what: str) -> dict:
     def step():
         for p in model.parameters():
             p.grad = None
-        logits = model(inputs)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
+        loss = loss_of(model, idx, name)
         loss.backward()
         return loss
 
@@ -85,37 +106,35 @@ def measure(backend: str, steps: int, what: str) -> dict:
     return {"backend": backend, "first_call_s": first_call, "step_s": step_time, "loss": loss}
 
 
-def matmul_floor() -> dict:
+def matmul_floor(name: str = "litgpt") -> dict:
     """The step's FLOPs and this machine's GEMM throughput (2048^3 matmul), hence the floor."""
     import torch
     from measure import median_seconds
     from torch.utils.flop_counter import FlopCounterMode
 
-    model = build_model()
+    model = build_model(name)
     idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
     with FlopCounterMode(display=False) as counter:
-        logits = model(idx[:, :-1])
-        torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1)
-        ).backward()
+        loss_of(model, idx, name).backward()
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     gemm = 2 * 2048**3 / median_seconds(lambda: a @ b, repeats=10)
     flops = counter.get_total_flops()
-    return {"flops": flops, "gemm_flops_per_s": gemm, "floor_s": flops / gemm, **_fixed_kernels(model, idx)}
+    return {
+        "flops": flops,
+        "gemm_flops_per_s": gemm,
+        "floor_s": flops / gemm,
+        **_fixed_kernels(model, idx, name),
+    }
 
 
-def _fixed_kernels(model, idx) -> dict:
+def _fixed_kernels(model, idx, name: str) -> dict:
     """Time per eager step in the GEMM and attention kernels, which every backend here calls as they are."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     def step():
         for p in model.parameters():
             p.grad = None
-        logits = model(idx[:, :-1])
-        torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1)
-        ).backward()
+        loss_of(model, idx, name).backward()
 
     for _ in range(2):
         step()
@@ -135,6 +154,7 @@ def _fixed_kernels(model, idx) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=BACKENDS, help="measure one backend in this process (internal)")
+    parser.add_argument("--model", choices=MODELS, default="litgpt")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every backend")
     parser.add_argument("--what", choices=("time", "memory", "floor"), default="time", help="(internal)")
@@ -144,10 +164,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.what == "floor":
-        print(json.dumps(matmul_floor()))
+        print(json.dumps(matmul_floor(args.model)))
         return
     if args.backend:
-        print(json.dumps(measure(args.backend, args.steps, args.what)))
+        print(json.dumps(measure(args.backend, args.steps, args.what, args.model)))
         return
 
     import statistics
@@ -158,9 +178,11 @@ def main() -> None:
     floors = []
     runs: dict[str, list[dict]] = {b: [] for b in backends}
     for _ in range(args.rounds):  # interleaved, so that machine noise hits every backend alike
-        floors.append(run_isolated(__file__, "--what", "floor"))
+        floors.append(run_isolated(__file__, "--what", "floor", "--model", args.model))
         for b in backends:
-            runs[b].append(run_isolated(__file__, "--backend", b, "--steps", str(args.steps)))
+            runs[b].append(
+                run_isolated(__file__, "--backend", b, "--steps", str(args.steps), "--model", args.model)
+            )
     floor = {key: statistics.median(f[key] for f in floors) for key in floors[0]}
     results = {}
     for b in backends:
@@ -169,15 +191,17 @@ def main() -> None:
             "first_call_s": statistics.median(r["first_call_s"] for r in runs[b]),
             "loss": runs[b][0]["loss"],
         }
-        results[b].update(run_isolated(__file__, "--backend", b, "--what", "memory", for_memory=True))
+        results[b].update(
+            run_isolated(__file__, "--backend", b, "--what", "memory", "--model", args.model, for_memory=True)
+        )
         if args.cold:
             with tempfile.TemporaryDirectory() as caches:
                 cold = {"TORCHINDUCTOR_CACHE_DIR": f"{caches}/inductor", "NUMBA_CACHE_DIR": f"{caches}/numba"}
-                run = run_isolated(__file__, "--backend", b, "--steps", "1", env=cold)
+                run = run_isolated(__file__, "--backend", b, "--steps", "1", "--model", args.model, env=cold)
             results[b]["cold_first_call_s"] = run["first_call_s"]
     eager = results["eager"]
     print(
-        f"litgpt 4-layer training step, batch {BATCH} x {LENGTH} tokens, CPU; step = median over "
+        f"{args.model} 4-layer training step, batch {BATCH} x {LENGTH} tokens, CPU; step = median over "
         f"{args.rounds} interleaved rounds of the median of {args.steps} steps"
     )
     print(

@@ -597,7 +597,12 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     if not cpu or dropout_p != 0.0 or enable_gqa or q.ndim != 4 or k.shape[-3] != q.shape[-3]:
         raise NoRule
     if attn_mask is not None and attn_mask.dtype == torch.bool:
-        raise NoRule
+        # As eager SDPA does on CPU: a boolean mask becomes an additive one (0 where kept, -inf
+        # where masked), which the flash kernel takes; no materialized attention matrix.
+        if attn_mask.dtype == q.dtype or not q.dtype.is_floating_point:
+            raise NoRule
+        zeros = S["zeros"](tuple(attn_mask.shape), dtype=q.dtype, device=q.device)
+        attn_mask = S["masked_fill"](zeros, S["logical_not"](attn_mask), float("-inf"))
     out, logsumexp = K.flash_attention_cpu(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=scale)
 
     def backward(g):
