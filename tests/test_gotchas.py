@@ -437,3 +437,38 @@ def test_enable_grad_inside_a_function_called_under_no_grad(executors):
     )
     (grad,) = torch.autograd.grad(tracked, w)
     assert_same(grad, x)
+
+
+class ClassConfig:
+    scale = 2.0
+
+    def __init__(self):
+        self.offset = 1.0
+
+
+class ClassScaled(nn.Module):
+    bias_value = 0.5
+
+    def __init__(self):
+        super().__init__()
+        self.cfg = ClassConfig()
+
+    def forward(self, x):
+        return x * self.cfg.scale + self.cfg.offset + self.bias_value
+
+
+def test_class_attributes_and_monkeypatched_methods():
+    model = ClassScaled()
+    jm = thunder_core.jit(model)
+    x = torch.ones(2)
+    original = ClassScaled.forward
+    try:
+        assert_same(jm(x), model(x))
+        ClassConfig.scale = 5.0  # a class attribute of a config read through an instance
+        assert_same(jm(x), model(x))
+        ClassScaled.bias_value = -1.0
+        assert_same(jm(x), model(x))
+        ClassScaled.forward = lambda self, x: x - 1  # the method itself replaced on the class
+        assert_same(jm(x), model(x))
+    finally:
+        ClassConfig.scale, ClassScaled.bias_value, ClassScaled.forward = 2.0, 0.5, original

@@ -281,6 +281,7 @@ class GuardBuilder:
             self.value(f"{name}.__kwdefaults__", fn.__kwdefaults__, f"keyword defaults of {what}", depth)
 
     def _plain_object(self, obj, name: str, what: str, depth: int) -> None:
+        self._class_attributes(type(obj))
         attributes = getattr(obj, "__dict__", None)
         if isinstance(attributes, dict):
             d = self.bind(attributes, "d")
@@ -323,13 +324,25 @@ class GuardBuilder:
                     self._dict_items(self.bind(item, "d"), item, f"{what}.{key}", depth)
             elif key != "training" or not in_root_state:  # training of jit(module)'s tree is in the key
                 self.value(f"{d}.get({key!r}, MISSING)", item, f"{what}.{key}", depth)
-        for cls in type(module).__mro__:
-            if cls is nn.Module or cls.__module__.startswith("torch."):
+        self._class_attributes(type(module))
+
+    def _class_attributes(self, cls: type) -> None:
+        """Plain values and methods of user classes (``Block.scale = 3``, ``Block.forward = f``)."""
+        for klass in cls.__mro__:
+            if klass in (nn.Module, object) or klass.__module__.split(".")[0] in _STABLE_MODULES:
                 break
-            class_dict = self.bind(cls.__dict__, "d")
-            for key, item in vars(cls).items():
-                if not key.startswith("__") and is_immutable(item):
-                    self.equal(f"{class_dict}.get({key!r}, MISSING)", item, f"{cls.__qualname__}.{key}")
+            if id(klass) in self._walked:
+                continue
+            self._walked.add(id(klass))
+            class_dict = self.bind(klass.__dict__, "d")
+            for key, item in vars(klass).items():
+                if key.startswith("__") and key not in ("__call__", "__getattr__"):
+                    continue
+                where = f"{klass.__qualname__}.{key}"
+                if is_immutable(item):
+                    self.equal(f"{class_dict}.get({key!r}, MISSING)", item, where)
+                elif isinstance(item, (types.FunctionType, staticmethod, classmethod, property)):
+                    self.same_object(f"{class_dict}.get({key!r}, MISSING)", item, where)
 
     # Roots.
     def globals_of(self, code: types.CodeType, module_globals: dict, global_chains) -> None:
