@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 import torch
 from thunder_executor_cupy import problems
@@ -59,5 +62,46 @@ def test_fused_regions_and_softmax_match_eager_cuda():
         return (torch.nn.functional.gelu(x * w) + x).softmax(-1)
 
     x, w = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
-    jfn = thunder_core.jit(fn, executors=["cupy", "cupy_softmax"])
+    jfn = thunder_core.jit(fn, executors=["cupy"])  # the entry point registers both executors
     torch.testing.assert_close(jfn(x, w), fn(x, w))
+    ran = {r.executor for r in thunder_core.explain(jfn).operations}
+    assert {"cupy", "cupy_softmax"} <= ran, ran
+
+
+def test_scalar_inputs_are_renamed_as_whole_identifiers():
+    # 12 inputs, the second a one-element tensor: in1 -> in1[0] must leave in10 and in11 alone.
+    def fn(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = out * x
+        return out
+
+    xs = [torch.randn(4, 4) for _ in range(12)]
+    xs[1] = torch.randn(1, 1)  # broadcast inside: a one-element input read as in1[0]
+    in_params, _, body = elementwise_kernel_spec(*_region(fn, *xs))
+    assert "in1[0]" in body and "in10" in body and "in11" in body
+    assert "in1[0]0" not in body and "in1[0]1" not in body
+    assert in_params.count("raw") == 1
+
+
+def test_sources_need_no_math_header():
+    # NVRTC includes no headers: INFINITY / CUDART_* constants do not compile there.
+    from thunder_executor_cupy.codegen import SOFTMAX_SOURCE, _literal
+
+    for text in (SOFTMAX_SOURCE, _literal(float("inf")), _literal(float("-inf")), _literal(float("nan"))):
+        assert "INFINITY" not in text and "CUDART_" not in text
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_raw_kernel_source_compiles_with_nvcc(tmp_path, arch):
+    from thunder_executor_cupy.codegen import SOFTMAX_SOURCE
+
+    source = tmp_path / "softmax.cu"
+    source.write_text(SOFTMAX_SOURCE)
+    done = subprocess.run(
+        ["nvcc", "-c", f"-arch={arch}", "-o", str(tmp_path / "softmax.o"), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr

@@ -67,7 +67,10 @@ class CupyExecutor(FusionExecutor):
         def run(*tensors):
             arrays = [cupy.from_dlpack(t.detach().contiguous()) for t in tensors]
             results = [torch.empty(shape, dtype=dtype, device=tensors[0].device) for shape, dtype in outputs]
-            kernel(*arrays, *(cupy.from_dlpack(r) for r in results))
+            with cupy.cuda.ExternalStream(
+                torch.cuda.current_stream().cuda_stream
+            ):  # torch's stream, in order
+                kernel(*arrays, *(cupy.from_dlpack(r) for r in results))
             return tuple(results)
 
         return run

@@ -8,6 +8,7 @@ Half-precision inputs are computed in float (the decompositions already upcast).
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -54,11 +55,17 @@ class Unsupported(RegionNotSupported):
 _prims = flatten_to_prims
 
 
+# Non-finite float constants as bit patterns: NVRTC (which CuPy compiles with) includes no math
+# headers, so INFINITY / CUDART_INF_F / CUDART_NAN_F are undefined there.
+POSITIVE_INFINITY = "__int_as_float(0x7f800000)"
+NOT_A_NUMBER = "__int_as_float(0x7fffffff)"
+
+
 def _literal(x) -> str:
     if isinstance(x, bool):
         return "true" if x else "false"
     if isinstance(x, float) and not math.isfinite(x):
-        return "CUDART_NAN_F" if math.isnan(x) else ("CUDART_INF_F" if x > 0 else "-CUDART_INF_F")
+        return NOT_A_NUMBER if math.isnan(x) else (POSITIVE_INFINITY if x > 0 else f"(-{POSITIVE_INFINITY})")
     return repr(float(x)) + "f" if isinstance(x, float) else repr(x)
 
 
@@ -105,8 +112,8 @@ def elementwise_kernel_spec(bsyms, inputs, outputs) -> tuple[str, str, str]:
     # scalar tensors are read as in{k}[0]
     body = "\n".join(lines)
     for k, p in enumerate(inputs):
-        if p.numel() == 1:
-            body = body.replace(f"in{k}", f"in{k}[0]")
+        if p.numel() == 1:  # whole identifiers only: in1 must not rewrite in10
+            body = re.sub(rf"\bin{k}\b", f"in{k}[0]", body)
     out_params = ", ".join(f"{C_TYPES[p.dtype]} out{k}" for k, p in enumerate(outputs))
     return in_params, out_params, body
 
@@ -118,12 +125,12 @@ extern "C" __global__ void thunder_softmax(const float* x, float* y, long long r
     const float* in = x + row * cols;
     float* out = y + row * cols;
     __shared__ float shared[32];
-    float peak = -INFINITY;
+    float peak = -__int_as_float(0x7f800000);
     for (long long c = threadIdx.x; c < cols; c += blockDim.x) peak = fmaxf(peak, in[c]);
     for (int o = 16; o > 0; o /= 2) peak = fmaxf(peak, __shfl_xor_sync(0xffffffff, peak, o));
     if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = peak;
     __syncthreads();
-    peak = -INFINITY;
+    peak = -__int_as_float(0x7f800000);
     for (int w = 0; w < (blockDim.x + 31) / 32; ++w) peak = fmaxf(peak, shared[w]);
     __syncthreads();
     float total = 0.f;
