@@ -64,6 +64,28 @@ def test_norm_checker_states_its_limits():
     assert "CUDA tensors" in str(norm_checker("LayerNorm")(proxy((4, 64), torch.int64), (64,)))
 
 
+def test_norm_checker_refuses_a_weight_of_another_dtype():
+    # The non-mixed fused functions need the weight in the input's dtype (a float32 weight with a
+    # bfloat16 input is what mixed_dtype_fused_* are for).
+    x = proxy((4, 64), torch.bfloat16)
+    assert "input's dtype" in str(norm_checker("RMSNorm")(x, (64,), proxy((64,), torch.float32)))
+    assert "input's dtype" in str(
+        norm_checker("LayerNorm")(x, (64,), proxy((64,), torch.bfloat16), proxy((64,), torch.float32))
+    )
+    assert (
+        norm_checker("LayerNorm")(x, (64,), proxy((64,), torch.bfloat16), proxy((64,), torch.bfloat16))
+        is True
+    )
+
+
+def test_xentropy_needs_its_compiled_extension():
+    from thunder_executor_apex.checks import xentropy_available
+
+    python_only = {"apex.contrib.xentropy"}
+    assert not xentropy_available(lambda name: name in python_only)
+    assert xentropy_available(lambda name: name in python_only | {"xentropy_cuda"})
+
+
 @pytest.mark.skipif(bool(PROBLEMS), reason="; ".join(PROBLEMS) or "available")
 def test_fused_kernels_match_eager_cuda():
     import thunder_core

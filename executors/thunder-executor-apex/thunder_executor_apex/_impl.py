@@ -11,11 +11,10 @@ import importlib.util
 import torch
 from apex.normalization.fused_layer_norm import fused_layer_norm_affine, fused_rms_norm_affine
 
-from thunder_core import OperatorExecutor
-from thunder_core.extend import Symbol, autograd_fallback, get_symbol, torch_symbols
-from thunder_executor_apex.checks import cross_entropy_checker, norm_checker
+from thunder_core.extend import OperatorExecutor, Symbol, autograd_fallback, get_symbol, torch_symbols
+from thunder_executor_apex.checks import cross_entropy_checker, norm_checker, xentropy_available
 
-HAS_XENTROPY = importlib.util.find_spec("apex.contrib.xentropy") is not None
+HAS_XENTROPY = xentropy_available(lambda name: importlib.util.find_spec(name) is not None)
 
 
 def cross_entropy(logits, target, weight=None, size_average=None, ignore_index=-100, reduce=None,

@@ -33,8 +33,19 @@ def norm_checker(kind: str):
             return Rejection(f"apex fused {kind} takes float16/bfloat16/float32 CUDA tensors")
         if tuple(x.shape[-len(normalized_shape) :]) != tuple(normalized_shape):
             return Rejection("normalized_shape must be the trailing dims of the input")
-        if weight is not None and weight.dtype != x.dtype and weight.dtype != torch.float32:
-            return Rejection("apex fused norms take a weight of the input dtype or float32")
+        # fused_layer_norm_affine / fused_rms_norm_affine (not the mixed_dtype_* variants) need the
+        # weight and bias in the input's dtype.
+        params = [weight, *(p for p in (*rest, kwargs.get("bias")) if isinstance(p, torch.Tensor))]
+        if any(p is not None and p.dtype != x.dtype for p in params):
+            return Rejection("apex fused norms here take a weight and bias of the input's dtype")
         return True
 
     return check
+
+
+def xentropy_available(find) -> bool:
+    """apex.contrib.xentropy imports its compiled ``xentropy_cuda`` extension: both must be there.
+
+    ``find(name)`` says whether a module can be found (``importlib.util.find_spec`` without importing).
+    """
+    return find("apex.contrib.xentropy") and find("xentropy_cuda")
