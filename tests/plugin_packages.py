@@ -124,6 +124,40 @@ def thunder_core_register_executor(register):
 """
 
 
+OPTIONED_EXECUTOR = """
+import torch
+from thunder_core.plugins import hookimpl
+
+CALLS = []
+
+
+@hookimpl
+def thunder_core_declare_options(declare):
+    declare("tag", str, "default", "recorded by every call")
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core.extend import OperatorExecutor, get_symbol
+
+    class Tagged(OperatorExecutor):
+        def __init__(self, tag="default"):
+            super().__init__("optex")
+            self.tag = tag
+
+            def sub(a, b, *, alpha=None):
+                CALLS.append(self.tag)
+                return torch.sub(a, b) if alpha is None else torch.sub(a, b, alpha=alpha)
+
+            self.register_implementation(get_symbol("sub"), sub)
+
+        def with_options(self, options):
+            return Tagged(options["tag"])
+
+    register(Tagged())
+"""
+
+
 def _claiming(name: str) -> str:
     return f'''
 import torch
@@ -225,6 +259,7 @@ PACKAGES = [
         [],
     ),
     ("tc-failop", "executors", "failop", "tc_failop", {"tc_failop/__init__.py": FAILING_OPERATOR}, []),
+    ("tc-optex", "executors", "optex", "tc_optex", {"tc_optex/__init__.py": OPTIONED_EXECUTOR}, []),
     ("tc-claim-a", "executors", "claima", "tc_claim_a", {"tc_claim_a/__init__.py": _claiming("claima")}, []),
     ("tc-claim-b", "executors", "claimb", "tc_claim_b", {"tc_claim_b/__init__.py": _claiming("claimb")}, []),
     # The entry point still names the module's old name (as after a rename in an editable install).

@@ -65,6 +65,7 @@ EXPECTED = {
     "failrun": ("available", ""),
     "failpass": ("available", ""),
     "failop": ("available", ""),
+    "optex": ("available", ""),
     "goodplugin": ("available", ""),
     "brokenimport": ("broken", "ModuleNotFoundError at import: No module named 'not_a_real_dependency_xyz'"),
     "raisesregister": ("broken", "RuntimeError at register: cannot initialize the device context"),
@@ -352,3 +353,15 @@ def test_new_executor_template_installs_and_claims_add(tmp_path):
             [sys.executable, "-m", "pip", "uninstall", "-q", "-y", "thunder-executor-tmplcheck"], check=False
         )
         reset_plugin_manager()
+
+
+def test_options_reach_an_operator_executor_per_job():
+    module = importlib.import_module("tc_optex")
+    module.CALLS.clear()
+    a, b = torch.randn(3), torch.randn(3)
+    first = thunder_core.jit(lambda x, y: x - y, executors=["optex"], options={"optex": {"tag": "first"}})
+    second = thunder_core.jit(lambda x, y: x - y, executors=["optex"], options={"optex": {"tag": "second"}})
+    torch.testing.assert_close(first(a, b), a - b)
+    torch.testing.assert_close(second(a, b), a - b)
+    torch.testing.assert_close(first(a, b), a - b)
+    assert module.CALLS == ["first", "second", "first"]

@@ -107,6 +107,18 @@ class Executor:
     def implementation_for(self, symbol: Symbol) -> Implementation | None:
         raise NotImplementedError
 
+    def with_options(self, options: dict) -> Executor:
+        """This executor configured with one job's options (declared by ``thunder_core_declare_options``).
+
+        Called once per job; the default returns ``self``. Override it when options change what
+        you claim or how you run it, and return a configured executor (a new one, or one cached
+        per option values): options then never live on a shared executor::
+
+            def with_options(self, options):
+                return build_executor(fp8=options["fp8"])
+        """
+        return self
+
     def check(self, bsym: BoundSymbol) -> bool | Rejection:
         """True if this executor takes ``bsym``, else a Rejection with the reason."""
         impl = self.implementation_for(bsym.symbol)

@@ -102,7 +102,7 @@ def build_job(config: JobConfig) -> Job:
             job.not_used[name] = f"{info.status}: {info.reason}" if info.reason else info.status
             continue
         loaded.append(info)
-    executors = [e for info in loaded for e in info.executors]
+    executors = [e.with_options(_options_for(info, config)) for info in loaded for e in info.executors]
     if not explicit:
         executors.sort(key=lambda e: (-e.default_priority, e.name))
     if "torch" not in config.disabled:
@@ -116,7 +116,7 @@ def build_job(config: JobConfig) -> Job:
         plugin_infos.append(manager.require(name))
     for info in loaded:
         for executor in info.executors:
-            job.executor_options[executor.name] = _options_for(info, config)
+            job.executor_options[executor.name] = _options_for(info, config)  # also passed to fusion passes
     for info in [*loaded, *plugin_infos]:
         options = _options_for(info, config)
         for stage, fn, pass_name in info.passes:

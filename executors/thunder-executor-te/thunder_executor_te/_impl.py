@@ -1,8 +1,11 @@
 """TransformerEngine linear, forward and backward, with per-layer FP8 state.
 
-One ``te.Linear`` per weight tensor holds that layer's FP8 scaling state; its parameters are
-the user's own tensors (swapped into the module for the call), so gradients reach them.
-TE's autograd function runs the backward, through thunder_core's PyTorch-autograd fallback.
+One ``te.Linear`` per weight tensor holds that layer's FP8 scaling state; it is built on the meta
+device (TE supports deferred initialization), so it allocates no weight of its own, and its
+parameters are the user's own tensors, swapped in for the call only — the table from weights to
+layers holds its keys weakly and its values never reference them, so a freed weight frees its
+layer. TE's autograd function runs the backward, through thunder_core's PyTorch-autograd
+fallback. The ``fp8`` option reaches the executor per job (``with_options``).
 """
 
 from __future__ import annotations
@@ -13,8 +16,7 @@ import torch
 import transformer_engine.pytorch as te
 from transformer_engine.common.recipe import DelayedScaling, Format
 
-from thunder_core import OperatorExecutor
-from thunder_core.extend import Symbol, autograd_fallback, get_symbol
+from thunder_core.extend import OperatorExecutor, Symbol, autograd_fallback, get_symbol
 from thunder_executor_te.checks import linear_checker
 
 RECIPE = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=16, amax_compute_algo="max")
@@ -25,24 +27,40 @@ def _layer(weight: torch.Tensor, has_bias: bool) -> te.Linear:
     layer = _layers.get(weight)
     if layer is None:
         out_features, in_features = weight.shape
-        layer = te.Linear(
-            in_features, out_features, bias=has_bias, params_dtype=weight.dtype, device=weight.device
-        )
+        layer = te.Linear(in_features, out_features, bias=has_bias, params_dtype=weight.dtype, device="meta")
         _layers[weight] = layer
     return layer
 
 
 def linear(x, weight, bias=None, *, fp8: bool = True):
     layer = _layer(weight, bias is not None)
+    saved = dict(layer._parameters)
     layer._parameters["weight"] = weight
     if bias is not None:
         layer._parameters["bias"] = bias
-    with te.fp8_autocast(enabled=fp8, fp8_recipe=RECIPE):
-        return layer(x)
+    try:
+        with te.fp8_autocast(enabled=fp8, fp8_recipe=RECIPE):
+            return layer(x)
+    finally:
+        layer._parameters.update(saved)  # the layer keeps no reference to the user's weight
+
+
+class TEExecutor(OperatorExecutor):
+    """The TE linear executor; ``with_options`` gives the one for a job's ``fp8`` option."""
+
+    def with_options(self, options: dict) -> OperatorExecutor:
+        return build_executor(fp8=options.get("fp8", True))
+
+
+_executors: dict[bool, OperatorExecutor] = {}
 
 
 def build_executor(fp8: bool = True) -> OperatorExecutor:
-    executor = OperatorExecutor("te", version=te.__version__ if hasattr(te, "__version__") else None)
+    if fp8 in _executors:
+        return _executors[fp8]
+    executor = _executors[fp8] = TEExecutor(
+        "te", version=te.__version__ if hasattr(te, "__version__") else None
+    )
     capability = torch.cuda.get_device_capability()
     use_fp8 = fp8 and capability >= (8, 9)
 
