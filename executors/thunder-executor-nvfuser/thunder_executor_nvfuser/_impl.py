@@ -7,9 +7,24 @@ try:
 except ImportError:  # the direct bindings of newer releases
     from nvfuser_direct import DataType, FusionDefinition
 
-from thunder_core import FusionExecutor, RegionNotSupported, Rejection
-from thunder_core.extend import TensorProxy, leaves, prim_symbols, torch_symbols
-from thunder_executor_nvfuser.translate import DTYPES, RENAMED, SAME_NAME, Ref, recipe
+from thunder_core.extend import (
+    FusionExecutor,
+    RegionNotSupported,
+    Rejection,
+    TensorProxy,
+    leaves,
+    prim_symbols,
+    torch_symbols,
+)
+from thunder_executor_nvfuser.translate import (
+    DTYPES,
+    RENAMED,
+    SAME_NAME,
+    Ref,
+    recipe,
+    recipe_key,
+    untranslatable,
+)
 
 PRIMS = SAME_NAME | set(RENAMED) | {"sum", "var", "convert_element_type", "broadcast_in_dim", "reshape",
                                     "squeeze", "slice", "cat"}  # fmt: skip
@@ -30,6 +45,8 @@ def _build(steps) -> FusionDefinition:
             kwargs = {k: getattr(DataType, v) if k == "dtype" else v for k, v in kwargs.items()}
             if op == "define_tensor":
                 values[result] = fd.define_tensor(**kwargs)
+            elif op == "define_scalar":
+                values[result] = fd.define_scalar(*args, **kwargs)
             elif op == "outputs":
                 for out in args:
                     fd.add_output(values[out.name])
@@ -59,14 +76,15 @@ class NvFuserExecutor(FusionExecutor):
                 return Rejection(
                     "nvFuser runs CUDA tensors of float, half, bfloat16, double, int or bool dtypes"
                 )
-        return True
+        reason = untranslatable(bsym)
+        return Rejection(f"nvfuser cannot translate it: {reason}") if reason else True
 
     def compile_region(self, region):
         try:
             steps = recipe(region.bound_symbols, region.inputs, region.outputs)
         except RegionNotSupported:
             raise
-        key = repr([(s[1], s[2], sorted(s[3].items())) for s in steps])
+        key = recipe_key(steps)
         fd = self._fusions.get(key)
         if fd is None:
             fd = self._fusions[key] = _build(steps)

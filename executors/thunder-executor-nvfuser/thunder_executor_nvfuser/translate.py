@@ -1,7 +1,11 @@
 """A region's prims as a recipe of FusionDefinition calls (pure logic, no nvFuser needed).
 
-Each step is ``(result, op, args, kwargs)``: ``op`` is ``"define_tensor"`` for inputs, an
-``fd.ops`` name otherwise; arguments name earlier results by ``Ref``.
+Each step is ``(result, op, args, kwargs)``: ``op`` is ``"define_tensor"`` for inputs,
+``"define_scalar"`` for the Python numbers an operation takes (nvFuser's ops take Tensor and
+Scalar handles, not Python numbers), an ``fd.ops`` name otherwise; arguments name earlier
+results by ``Ref``. Inputs are described the way nvFuser describes a tensor: ``contiguity`` is
+None exactly for broadcast dims (size 1 or stride 0), and ``stride_order`` gives each dim's rank
+among the strides (0 = the smallest).
 """
 
 from __future__ import annotations
@@ -32,23 +36,57 @@ class Ref:
 _prims = flatten_to_prims
 
 
+# Ops whose Python-number arguments are operands (elementwise): those become define_scalar.
+ELEMENTWISE = SAME_NAME - {"permute", "matmul"}
+
+
+def tensor_descriptor(shape, strides) -> tuple[list, list[int]]:
+    """(contiguity, stride_order) of a tensor, as nvFuser's define_tensor takes them."""
+    n = len(shape)
+    inner_first = sorted(range(n), key=lambda d: (strides[d], -d))
+    stride_order = [0] * n
+    for rank, d in enumerate(inner_first):
+        stride_order[d] = rank
+    contiguity: list = [None] * n
+    expected = 1
+    for d in inner_first:
+        if shape[d] == 1 or strides[d] == 0:
+            continue  # a broadcast dim: None
+        contiguity[d] = strides[d] == expected
+        expected = strides[d] * shape[d]
+    return contiguity, stride_order
+
+
+def _scalar_dtype(value) -> str:
+    return "Bool" if isinstance(value, bool) else ("Int" if isinstance(value, int) else "Double")
+
+
 def recipe(bsyms, inputs, outputs) -> list[tuple]:
     steps = []
     for p in inputs:
         if p.dtype not in DTYPES:
             raise Unsupported(f"dtype {p.dtype}")
-        contiguity = [True] * p.ndim if p.is_contiguous() else [None] * p.ndim
+        contiguity, stride_order = tensor_descriptor(tuple(p.shape), tuple(p.stride()))
         steps.append(
             (
                 p.name,
                 "define_tensor",
                 (),
-                {"shape": list(p.shape), "contiguity": contiguity, "dtype": DTYPES[p.dtype]},
+                {"shape": list(p.shape), "contiguity": contiguity, "dtype": DTYPES[p.dtype],
+                 "stride_order": stride_order},
             )
-        )
+        )  # fmt: skip
+    scalars = iter(range(1_000_000))
 
     def ref(x):
         return Ref(x.name) if isinstance(x, TensorProxy) else x
+
+    def operand(x):
+        if isinstance(x, (bool, int, float)):
+            name = f"scalar{next(scalars)}"
+            steps.append((name, "define_scalar", (x,), {"dtype": _scalar_dtype(x)}))
+            return Ref(name)
+        return ref(x)
 
     for b in _prims(bsyms):
         name = b.symbol.name
@@ -56,7 +94,9 @@ def recipe(bsyms, inputs, outputs) -> list[tuple]:
         if out is None:
             raise Unsupported(f"prims.{name} has several outputs")
         args = [ref(a) for a in b.args]
-        if name in SAME_NAME:
+        if name in ELEMENTWISE:
+            steps.append((out.name, name, tuple(operand(a) for a in b.args), {}))
+        elif name in SAME_NAME:
             steps.append((out.name, name, tuple(args), {}))
         elif name in RENAMED:
             steps.append((out.name, RENAMED[name], (args[0], list(args[1])), {"keepdim": False}))
@@ -90,3 +130,34 @@ def recipe(bsyms, inputs, outputs) -> list[tuple]:
             raise Unsupported(f"prims.{name} has no nvFuser translation here")
     steps.append((None, "outputs", tuple(Ref(p.name) for p in outputs), {}))
     return steps
+
+
+def recipe_key(steps) -> str:
+    """A cache key of a recipe: its steps with results renamed by position (the wiring stays in)."""
+    names = {}
+    for index, (result, *_rest) in enumerate(steps):
+        if result is not None:
+            names[result] = f"v{index}"
+
+    def canonical(x):
+        if isinstance(x, Ref):
+            return Ref(names.get(x.name, x.name))
+        if isinstance(x, (list, tuple)):
+            return type(x)(canonical(y) for y in x)
+        return x
+
+    return repr([(names.get(r, r), op, canonical(args), sorted(kw.items())) for r, op, args, kw in steps])
+
+
+def untranslatable(bsym) -> str | None:
+    """Why ``bsym`` cannot become part of a recipe, or None: the checker claims only what translates."""
+    inputs, seen = [], set()
+    for p in bsym.flat_args():
+        if isinstance(p, TensorProxy) and p.name not in seen:
+            seen.add(p.name)
+            inputs.append(p)
+    try:
+        recipe([bsym], inputs, [p for p in bsym.flat_outputs() if isinstance(p, TensorProxy)])
+    except RegionNotSupported as reason:
+        return str(reason)
+    return None
