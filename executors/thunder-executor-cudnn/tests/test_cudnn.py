@@ -84,3 +84,14 @@ def test_forward_and_backward_match_eager_cuda():
     expected_grads = torch.autograd.grad(expected, (q, k, v), g)
     torch.testing.assert_close(grads, expected_grads, atol=5e-2, rtol=5e-2)
     assert thunder_core.explain(jfn).for_symbol("cudnn_sdpa_forward")[0].executor == "cudnn"
+
+
+def test_a_gradient_in_another_layout_is_copied_into_the_outputs_layout():
+    from thunder_executor_cudnn.checks import in_layout_of
+
+    out = torch.randn(2, 8, 4, 16).transpose(1, 2)  # (b, h, s, d) with a transposed layout, as q often is
+    grad = torch.randn(out.shape)  # contiguous: another layout than out's
+    fixed = in_layout_of(grad, out)
+    assert fixed.stride() == out.stride()
+    torch.testing.assert_close(fixed, grad)
+    assert in_layout_of(out, out) is out

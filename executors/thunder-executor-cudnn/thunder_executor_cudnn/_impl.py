@@ -13,9 +13,8 @@ import math
 import cudnn
 import torch
 
-from thunder_core import OperatorExecutor
-from thunder_core.extend import Symbol, get_symbol, new_tensor_proxy
-from thunder_executor_cudnn.checks import sdpa_checker
+from thunder_core.extend import OperatorExecutor, Symbol, get_symbol, new_tensor_proxy
+from thunder_executor_cudnn.checks import in_layout_of, sdpa_checker
 
 _CUDNN_TYPES = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16}
 
@@ -27,7 +26,6 @@ def _handle(device_index: int):
 
 def _graph(dtype, device_index):
     handle = _handle(device_index)
-    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
     return cudnn.pygraph(
         io_data_type=_CUDNN_TYPES[dtype],
         intermediate_data_type=cudnn.data_type.FLOAT,
@@ -79,8 +77,12 @@ def _layout(x: torch.Tensor):
     return tuple(x.shape), tuple(x.stride())
 
 
-def _workspace(graph, device):
-    return torch.empty(graph.get_workspace_size(), device=device, dtype=torch.uint8)
+def _execute(graph, pack, device) -> None:
+    """Run on torch's current stream (bound at every call: the stream may differ from build time)."""
+    handle = _handle(device.index or 0)
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream(device).cuda_stream)
+    workspace = torch.empty(graph.get_workspace_size(), device=device, dtype=torch.uint8)
+    graph.execute(pack, workspace, handle=handle)
 
 
 def sdpa_forward(q, k, v, scale: float, causal: bool, training: bool):
@@ -93,12 +95,12 @@ def sdpa_forward(q, k, v, scale: float, causal: bool, training: bool):
     if training:
         stats = torch.empty(q.shape[0], q.shape[1], q.shape[2], 1, dtype=torch.float32, device=q.device)
         pack[tstats] = stats
-    graph.execute(pack, _workspace(graph, q.device), handle=_handle(q.device.index or 0))
+    _execute(graph, pack, q.device)
     return out, stats
 
 
 def sdpa_backward(grad, q, k, v, out, stats, scale: float, causal: bool):
-    grad = grad.contiguous() if grad.stride() != out.stride() else grad
+    grad = in_layout_of(grad, out)  # the graph's dO has the output's strides
     graph, t, tstats, tdq, tdk, tdv = _backward_graph(
         _layout(q), _layout(k), _layout(v), q.dtype, q.device.index or 0, scale, causal
     )
@@ -114,7 +116,7 @@ def sdpa_backward(grad, q, k, v, out, stats, scale: float, causal: bool):
         tdk: dk,
         tdv: dv,
     }
-    graph.execute(pack, _workspace(graph, q.device), handle=_handle(q.device.index or 0))
+    _execute(graph, pack, q.device)
     return dq, dk, dv
 
 

@@ -43,3 +43,12 @@ def sdpa_checker(capability: tuple[int, int]):
         return True
 
     return check
+
+
+def in_layout_of(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values with ``like``'s strides: a cuDNN graph reads memory in the layout it was
+    built for, so a gradient arriving in another layout must be copied into that one."""
+    if tensor.stride() == like.stride():
+        return tensor
+    out = torch.empty_strided(like.shape, like.stride(), dtype=tensor.dtype, device=tensor.device)
+    return out.copy_(tensor)
