@@ -60,11 +60,13 @@ def _opinfos(ops=None):
     return selected
 
 
-def check_forward(opinfo, executor: str, dtype=torch.float32, options: dict | None = None) -> bool:
+def check_forward(
+    opinfo, executor: str, dtype=torch.float32, options: dict | None = None, device: str = "cpu"
+) -> bool:
     """True if ``executor`` claimed something; raises if a result differs from eager."""
     claimed = False
     options = {"executors": [executor], "options": options or {}}
-    for case in sample_cases(opinfo, dtype=dtype):
+    for case in sample_cases(opinfo, device=device, dtype=dtype):
         if not is_deterministic(case):
             continue
         try:
@@ -77,11 +79,11 @@ def check_forward(opinfo, executor: str, dtype=torch.float32, options: dict | No
     return claimed
 
 
-def check_gradients(opinfo, executor: str, options: dict | None = None) -> bool:
+def check_gradients(opinfo, executor: str, options: dict | None = None, device: str = "cpu") -> bool:
     if not opinfo.supports_autograd:
         return False
     claimed = False
-    for case in grad_cases(opinfo):
+    for case in grad_cases(opinfo, device=device):
         try:
             input_grads(case.fn, case.leaves)
         except Exception:  # noqa: BLE001 - eager cannot run this sample: nothing to compare with
@@ -94,22 +96,42 @@ def check_gradients(opinfo, executor: str, options: dict | None = None) -> bool:
     return claimed
 
 
-def conformance_tests(executor: str, options: dict | None = None, ops=None):
+def _unavailable(executor: str, device: str) -> str | None:
+    """Why these tests cannot run here: the executor's own probe reason, or a missing device."""
+    from thunder_core.testing.plugins import plugin_info
+
+    try:
+        info = plugin_info(executor)
+    except KeyError:
+        info = None
+    if info is not None and info.status != "available":
+        return f"{executor} is {info.status}: {info.reason}"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return "samples on CUDA need a CUDA device (torch.cuda.is_available() is False)"
+    return None
+
+
+def conformance_tests(executor: str, options: dict | None = None, ops=None, device: str = "cpu"):
     """Two pytest test functions (forward, gradients), parametrized over the OpInfo database.
 
     ``options`` are passed as ``jit(options=...)``, e.g. ``{"numba": {"min_region_size": 1}}``
     so that single operations are handed to a fusion executor too. ``ops`` limits the sweep
     to those OpInfo names (e.g. ``TRANSFORMER_OPS``) unless ``THUNDER_CONFORMANCE=full``.
+    ``device`` is where the samples are built (``"cuda"`` for GPU executors); without that
+    device every test skips with the reason.
     """
     opinfos = _opinfos(ops)
     ids = [opinfo_id(o) for o in opinfos]
+    missing = _unavailable(executor, device) if device != "cpu" else None
 
     @pytest.mark.parametrize("opinfo", opinfos, ids=ids)
     def test_forward(opinfo):
         known = KNOWN_FORWARD_FAILURES.get(opinfo_id(opinfo))
         if known:
             pytest.skip(f"fails in the core too: {known}")
-        if not check_forward(opinfo, executor, options=options):
+        if missing:
+            pytest.skip(missing)
+        if not check_forward(opinfo, executor, options=options, device=device):
             pytest.skip(f"{executor} claims no operation of {opinfo_id(opinfo)}")
 
     @pytest.mark.parametrize("opinfo", opinfos, ids=ids)
@@ -119,7 +141,9 @@ def conformance_tests(executor: str, options: dict | None = None, ops=None):
         )
         if known:
             pytest.skip(f"fails in the core too: {known}")
-        if not check_gradients(opinfo, executor, options):
+        if missing:
+            pytest.skip(missing)
+        if not check_gradients(opinfo, executor, options, device=device):
             pytest.skip(f"{executor} claims no operation of {opinfo_id(opinfo)}'s training trace")
 
     return test_forward, test_gradients

@@ -112,9 +112,9 @@ def run_decomposed(trace, case):
     return eval_trace(trace, *clone_leaves(case.leaves), decompose=True)
 
 
-def grad_cases(opinfo, n=SAMPLES_PER_OP):
-    """Like ``sample_cases`` but with inputs that require grad (float32, CPU)."""
-    return sample_cases(opinfo, n=n, requires_grad=True)
+def grad_cases(opinfo, n=SAMPLES_PER_OP, device="cpu"):
+    """Like ``sample_cases`` but with inputs that require grad (float32, on ``device``)."""
+    return sample_cases(opinfo, device=device, n=n, requires_grad=True)
 
 
 def _fresh_leaves(leaves):
@@ -127,7 +127,7 @@ def input_grads(fn, leaves, seed=0):
     out = fn(*leaves)
     outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
     generator = torch.Generator().manual_seed(seed)
-    cotangents = [torch.randn(o.shape, generator=generator, dtype=o.dtype) for o in outs]
+    cotangents = [torch.randn(o.shape, generator=generator, dtype=o.dtype).to(o.device) for o in outs]
     wrt = [t for t in leaves if t.requires_grad]
     if not outs or not wrt:
         return None

@@ -102,3 +102,6 @@ def test_fused_kernels_match_eager_cuda():
     actual = torch.autograd.grad(jfn(x, w), (x, w))
     expected = torch.autograd.grad(loss(x, w), (x, w))
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    ran = {r.operation.split("(")[0]: r.executor for r in thunder_core.explain(jfn).operations}
+    assert ran.get("torch.nn.functional.rms_norm") == "apex", ran
+    assert ran.get("torch.nn.functional.cross_entropy") == "apex", ran

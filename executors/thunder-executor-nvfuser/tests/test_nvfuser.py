@@ -50,6 +50,8 @@ def test_fusions_match_eager_cuda_forward_and_backward():
     actual = torch.autograd.grad(jfn(x, w), (x, w))
     expected = torch.autograd.grad(fn(x, w), (x, w))
     torch.testing.assert_close(actual, expected)
+    ran = [r.executor for r in thunder_core.explain(jfn).operations]
+    assert "nvfuser" in ran, ran  # its regions ran, not only torch
 
 
 def _trace(fn, *args):

@@ -35,6 +35,11 @@ def thunder_core_probe() -> Availability:
 
 
 @hookimpl
+def thunder_core_declare_options(declare) -> None:
+    declare("min_region_size", int, 2, "fewest operations worth a fused region")
+
+
+@hookimpl
 def thunder_core_register_executor(register) -> None:
     from thunder_executor_nvfuser._impl import NvFuserExecutor
 

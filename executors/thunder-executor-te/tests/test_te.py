@@ -47,3 +47,4 @@ def test_linear_matches_eager_cuda_within_fp8_tolerance():
     torch.testing.assert_close(out, torch.nn.functional.linear(x, w), atol=0.5, rtol=0.1)
     out.sum().backward()
     assert w.grad is not None and w.grad.shape == w.shape
+    assert thunder_core.explain(jfn).for_symbol("torch.nn.functional.linear")[0].executor == "te"
