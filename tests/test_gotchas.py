@@ -472,3 +472,19 @@ def test_class_attributes_and_monkeypatched_methods():
         assert_same(jm(x), model(x))
     finally:
         ClassConfig.scale, ClassScaled.bias_value, ClassScaled.forward = 2.0, 0.5, original
+
+
+def test_too_much_state_to_guard_runs_eagerly_with_a_warning(monkeypatch):
+    from thunder_core.jit import guards
+
+    monkeypatch.setattr(guards, "MAX_CHECKS", 20)
+    table = {f"k{i}": float(i) for i in range(100)}
+
+    def fn(x):
+        return x * table["k3"]
+
+    jf = thunder_core.jit(fn)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        assert_same(jf(torch.ones(2)), torch.full((2,), 3.0))
+    table["k3"] = 5.0
+    assert_same(jf(torch.ones(2)), torch.full((2,), 5.0))  # eager: never stale

@@ -13,7 +13,7 @@ from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
-from thunder_core.jit.guards import GuardBuilder
+from thunder_core.jit.guards import GuardBuilder, TooMuchState
 from thunder_core.jit.pipeline import Compiled, compile_function
 
 Tensor = torch.Tensor
@@ -85,6 +85,7 @@ class ThunderFunction:
         self._misses = 0
         self._last: Compiled | None = None
         self._warned = False
+        self._eager_reason: str | None = None  # set when the program cannot be guarded cheaply
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
@@ -171,9 +172,21 @@ class ThunderFunction:
         if len(self._entries) >= self._recompile_limit:
             self._warn_recompiles(reason)
             return self._fn(*args, **kwargs)
+        if self._eager_reason is not None:
+            return self._fn(*args, **kwargs)
         if self._state is not None and self._state.refresh():
             key, leaves = self._key([key[0]], args, kwargs)  # parameters or buffers were added or removed
-        compiled = self._compile(args, kwargs)
+        try:
+            compiled = self._compile(args, kwargs)
+        except TooMuchState as error:
+            self._eager_reason = str(error)
+            warnings.warn(
+                f"thunder_core.jit: {error}; {_root_name(self._guard_root)} runs eagerly, uncompiled. Pass large "
+                "state as tensors, or use thunder_core.jit(..., cache='same input') if nothing but the inputs "
+                "changes between calls.",
+                stacklevel=3,
+            )
+            return self._fn(*args, **kwargs)
         compiled.reason = reason
         self._variants.setdefault(key, []).append(compiled)
         self._entries.append(compiled)

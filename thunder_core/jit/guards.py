@@ -100,6 +100,10 @@ def is_immutable(value) -> bool:
     return False
 
 
+class TooMuchState(CaptureError):
+    """More Python state is reachable than guards can check cheaply on every call."""
+
+
 class Guard:
     """A compiled set of checks; ``check()`` is None while every guarded value is unchanged."""
 
@@ -173,10 +177,9 @@ class GuardBuilder:
 
     def _emit(self, value_expr: str, condition: str, what: str, expected) -> None:
         if len(self._descriptions) >= MAX_CHECKS:
-            raise CaptureError(
-                f"thunder_core.jit: the program reaches more than {MAX_CHECKS} Python values (last: {what}); "
-                "guarding them all would make every call slow. Pass the large state as tensors, or use "
-                "thunder_core.jit(..., cache='same input') if nothing but the inputs changes between calls."
+            raise TooMuchState(
+                f"the program reaches more than {MAX_CHECKS} Python values (last: {what}); guarding them all "
+                "would make every call slow"
             )
         if (value_expr, condition) in self._emitted:
             return
