@@ -134,3 +134,26 @@ def test_gradients_keep_input_dtypes(dtype):
     w = torch.randn(4, dtype=torch.float32, requires_grad=True)
     thunder_core.jit(lambda x, w: (x * w).sum())(x, w).backward()
     assert x.grad.dtype == dtype and w.grad.dtype == torch.float32
+
+
+def test_cuda_attention_trains_through_the_efficient_attention_kernels():
+    # Traced on fake CUDA tensors (no GPU needed): the backward must call PyTorch's memory-efficient
+    # attention backward, not differentiate a materialized softmax(QK^T) matrix.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from thunder_core.autodiff.joint import split_forward_backward
+    from thunder_core.capture.capture import capture
+
+    with FakeTensorMode():
+        q, k, v = (torch.empty(2, 4, 16, 8, device="cuda", requires_grad=True) for _ in range(3))
+        mask = torch.empty(16, 16, dtype=torch.bool, device="cuda")
+
+    def attention(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    trace, _ = capture(attention, (q, k, v, mask), {}, positional_names=["q", "k", "v", "mask"])
+    split = split_forward_backward(trace, ())
+    forward, backward = split.forward.python(), split.backward.python()
+    assert "_scaled_dot_product_efficient_attention.default" in forward
+    assert "_scaled_dot_product_efficient_attention_backward.default" in backward
+    assert "softmax" not in backward

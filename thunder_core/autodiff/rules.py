@@ -593,8 +593,12 @@ if "rms_norm" in S:
 
 @register_vjp(S["scaled_dot_product_attention"])
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    cpu = q.device.type == "cpu" and k.device.type == "cpu"
-    if not cpu or dropout_p != 0.0 or enable_gqa or q.ndim != 4 or k.shape[-3] != q.shape[-3]:
+    if dropout_p != 0.0 or enable_gqa or q.ndim != 4 or k.shape[-3] != q.shape[-3]:
+        raise NoRule
+    devices = {q.device.type, k.device.type, v.device.type}
+    if devices == {"cuda"}:
+        return _sdpa_cuda(q, k, v, attn_mask, is_causal, scale)
+    if devices != {"cpu"}:
         raise NoRule
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         # As eager SDPA does on CPU: a boolean mask becomes an additive one (0 where kept, -inf
@@ -608,6 +612,40 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     def backward(g):
         gq, gk, gv = K.flash_attention_cpu_backward(
             g, q, k, v, out, logsumexp, 0.0, is_causal, attn_mask=attn_mask, scale=scale
+        )
+        return [(q, gq), (k, gk), (v, gv)]
+
+    return out, backward
+
+
+def _sdpa_cuda(q, k, v, attn_mask, is_causal, scale):
+    """CUDA: PyTorch's memory-efficient attention kernels, forward and backward (no O(S^2) matrix)."""
+    bias = None
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            zeros = S["zeros"](tuple(attn_mask.shape), dtype=q.dtype, device=q.device)
+            attn_mask = S["masked_fill"](zeros, S["logical_not"](attn_mask), float("-inf"))
+        elif attn_mask.dtype != q.dtype:
+            raise NoRule
+        shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        bias = attn_mask if tuple(attn_mask.shape) == shape else S["expand"](attn_mask, shape)
+    out, logsumexp, seed, offset = K.efficient_attention(q, k, v, bias, True, 0.0, is_causal, scale=scale)
+
+    def backward(g):
+        gq, gk, gv, _ = K.efficient_attention_backward(
+            g,
+            q,
+            k,
+            v,
+            bias,
+            out,
+            logsumexp,
+            seed,
+            offset,
+            0.0,
+            [True, True, True, False],
+            is_causal,
+            scale=scale,
         )
         return [(q, gq), (k, gk), (v, gv)]
 

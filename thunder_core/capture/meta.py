@@ -20,6 +20,9 @@ def _target_device(args, kwargs) -> torch.device:
     explicit = kwargs.get("device")
     if explicit is not None:
         return torch.device(explicit)
+    positional = next((x for x in args if isinstance(x, torch.device)), None)
+    if positional is not None:  # prims.full(shape, value, dtype, device), Tensor.to(device)
+        return positional
     real = None
     stack = [args, kwargs]
     while stack:
@@ -200,6 +203,8 @@ def _meta_outputs(fn, args: tuple, kwargs: dict):
             return meta
         if isinstance(x, torch.Tensor) and x.device.type != "meta":
             return x.detach().to("meta").requires_grad_(x.requires_grad and x.is_floating_point())
+        if isinstance(x, torch.device) and x.type != "meta":
+            return torch.device("meta")  # a device passed positionally (prims.full): nothing allocated
         return x
 
     meta_args = tree_map(to_meta, args)
