@@ -365,3 +365,16 @@ def test_options_reach_an_operator_executor_per_job():
     torch.testing.assert_close(second(a, b), a - b)
     torch.testing.assert_close(first(a, b), a - b)
     assert module.CALLS == ["first", "second", "first"]
+
+
+def test_attention_stays_whole_when_a_fusion_executor_claims_part_of_its_decomposition():
+    q, k, v = (torch.randn(1, 2, 8, 4) for _ in range(3))
+
+    def attention(q, k, v):
+        return (torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2).exp()
+
+    jfn = thunder_core.jit(attention, executors=["goodfuse"])
+    torch.testing.assert_close(jfn(q, k, v), attention(q, k, v))
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.scaled_dot_product_attention")
+    assert report.executor == "torch"  # eager's fused kernel, not a materialized matmul-softmax
+    assert "goodfuse" in {r.executor for r in thunder_core.explain(jfn).operations}

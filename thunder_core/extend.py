@@ -45,7 +45,7 @@ from thunder_core.executors.base import (
     flatten_to_prims,
 )
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
-from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM, BoundSymbol, Symbol, active_recorder
+from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM, WHOLE, BoundSymbol, Symbol, active_recorder
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.ops import prims as _prims
@@ -83,6 +83,7 @@ __all__ = [
     "TensorProxy",
     "ThunderCoreError",
     "Trace",
+    "WHOLE",
     "autocast_transform",
     "autograd_fallback",
     "availability",

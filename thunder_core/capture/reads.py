@@ -108,9 +108,11 @@ class ExecutedUserCode:
     def _profile(self, frame, event, arg):
         if event == "call":
             code = frame.f_code
-            if code not in self._seen:
-                self._seen.add(code)
-                if is_user_code(code.co_filename):
+            if code not in self._seen and is_user_code(code.co_filename):
+                # Code an import runs (a module body, a class body) sets state up once: not guarded,
+                # and not marked seen, so the program calling it later still records its reads.
+                if not _importing(frame):
+                    self._seen.add(code)
                     self._on_first_entry(code, frame.f_globals)
         elif event == "c_call" and self.random_draw is None:
             generator = _python_random_generator(arg)

@@ -21,7 +21,7 @@ from thunder_core.executors import python_executor, torch_executor
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.fusion import operations
-from thunder_core.ir.symbols import PYTHON, BoundSymbol
+from thunder_core.ir.symbols import PYTHON, WHOLE, BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 
 
@@ -73,7 +73,7 @@ def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list) 
             decisions.append(Decision(out[-1], executor.name, declined))
             return
         declined[executor.name] = str(verdict)
-    if bsym.subsymbols and _someone_takes_part(bsym.subsymbols, executors):
+    if bsym.subsymbols and not bsym.symbol.has_tag(WHOLE) and _someone_takes_part(bsym.subsymbols, executors):
         decisions.append(Decision(bsym, "(decomposed)", declined, "run as its decomposition"))
         for sub in bsym.subsymbols:
             _assign(sub.replace(source=bsym.source), executors, fallback, out, decisions)

@@ -16,6 +16,7 @@ RANDOM = "random"  # draws from the random number generator
 OPAQUE = "opaque"  # a torch call with no thunder_core symbol, run as-is by the torch executor
 PYTHON = "python"  # bookkeeping run by the python executor (unpacking, deleting)
 AUTOGRAD_FALLBACK = "autograd_fallback"  # differentiated by PyTorch autograd at run time
+WHOLE = "whole"  # a fused kernel: claimed whole or run whole by torch, never split for partial claims
 
 
 class _Recorders(threading.local):

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from thunder_core.ir.symbols import RANDOM
+from thunder_core.ir.symbols import RANDOM, WHOLE
 from thunder_core.ops import prims
 from thunder_core.ops._helpers import NoDecomposition, broadcast_to, canonical_dim, convert
 from thunder_core.ops.reductions import _keep
@@ -161,7 +161,11 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     return prims.matmul(weights, v)
 
 
-register_torch_op("scaled_dot_product_attention", F.scaled_dot_product_attention, decomposition=_sdpa)
+# Attention stays whole unless an executor claims it whole: eager's fused kernels (flash or
+# memory-efficient attention) beat any split into a materialized matmul-softmax-matmul.
+register_torch_op(
+    "scaled_dot_product_attention", F.scaled_dot_product_attention, decomposition=_sdpa, tags=(WHOLE,)
+)
 
 
 def _cross_entropy(
