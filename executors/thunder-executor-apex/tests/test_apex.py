@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -105,3 +106,21 @@ def test_fused_kernels_match_eager_cuda():
     ran = {r.operation.split("(")[0]: r.executor for r in thunder_core.explain(jfn).operations}
     assert ran.get("torch.nn.functional.rms_norm") == "apex", ran
     assert ran.get("torch.nn.functional.cross_entropy") == "apex", ran
+
+
+def test_probe_agrees_with_an_independent_look_at_this_machine():
+    # Written without the probe's code: is a library module findable, is there a CUDA device.
+    library = any(importlib.util.find_spec(m) is not None for m in ["apex"])
+    gpu = torch.cuda.is_available()
+    info = plugin_info("apex")
+    if info.status == "available":
+        assert library and gpu
+    if not library:
+        assert info.status == "unavailable" and "NVIDIA Apex is not installed" in info.reason
+    if not gpu:
+        assert info.status == "unavailable"
+        assert (
+            ("CPU-only build" in info.reason)
+            if torch.version.cuda is None
+            else ("no CUDA device" in info.reason)
+        )

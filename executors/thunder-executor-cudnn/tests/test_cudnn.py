@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from thunder_executor_cudnn import problems
@@ -95,3 +97,21 @@ def test_a_gradient_in_another_layout_is_copied_into_the_outputs_layout():
     assert fixed.stride() == out.stride()
     torch.testing.assert_close(fixed, grad)
     assert in_layout_of(out, out) is out
+
+
+def test_probe_agrees_with_an_independent_look_at_this_machine():
+    # Written without the probe's code: is a library module findable, is there a CUDA device.
+    library = any(importlib.util.find_spec(m) is not None for m in ["cudnn"])
+    gpu = torch.cuda.is_available()
+    info = plugin_info("cudnn")
+    if info.status == "available":
+        assert library and gpu
+    if not library:
+        assert info.status == "unavailable" and "nvidia-cudnn-frontend is not installed" in info.reason
+    if not gpu:
+        assert info.status == "unavailable"
+        assert (
+            ("CPU-only build" in info.reason)
+            if torch.version.cuda is None
+            else ("no CUDA device" in info.reason)
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from thunder_executor_nvfuser import problems
@@ -98,3 +100,21 @@ def test_the_checker_claims_only_what_translates():
     assert untranslatable(bsym)  # its prims have no translation here
     good = _trace(lambda x: x.exp() * 2, torch.randn(4))
     assert all(untranslatable(b) is None for b in good.bound_symbols)
+
+
+def test_probe_agrees_with_an_independent_look_at_this_machine():
+    # Written without the probe's code: is a library module findable, is there a CUDA device.
+    library = any(importlib.util.find_spec(m) is not None for m in ["nvfuser", "nvfuser_direct"])
+    gpu = torch.cuda.is_available()
+    info = plugin_info("nvfuser")
+    if info.status == "available":
+        assert library and gpu
+    if not library:
+        assert info.status == "unavailable" and "nvFuser is not installed" in info.reason
+    if not gpu:
+        assert info.status == "unavailable"
+        assert (
+            ("CPU-only build" in info.reason)
+            if torch.version.cuda is None
+            else ("no CUDA device" in info.reason)
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from thunder_executor_te import problems
@@ -48,3 +50,21 @@ def test_linear_matches_eager_cuda_within_fp8_tolerance():
     out.sum().backward()
     assert w.grad is not None and w.grad.shape == w.shape
     assert thunder_core.explain(jfn).for_symbol("torch.nn.functional.linear")[0].executor == "te"
+
+
+def test_probe_agrees_with_an_independent_look_at_this_machine():
+    # Written without the probe's code: is a library module findable, is there a CUDA device.
+    library = any(importlib.util.find_spec(m) is not None for m in ["transformer_engine"])
+    gpu = torch.cuda.is_available()
+    info = plugin_info("te")
+    if info.status == "available":
+        assert library and gpu
+    if not library:
+        assert info.status == "unavailable" and "transformer_engine is not installed" in info.reason
+    if not gpu:
+        assert info.status == "unavailable"
+        assert (
+            ("CPU-only build" in info.reason)
+            if torch.version.cuda is None
+            else ("no CUDA device" in info.reason)
+        )
