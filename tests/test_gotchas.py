@@ -488,3 +488,26 @@ def test_too_much_state_to_guard_runs_eagerly_with_a_warning(monkeypatch):
         assert_same(jf(torch.ones(2)), torch.full((2,), 3.0))
     table["k3"] = 5.0
     assert_same(jf(torch.ones(2)), torch.full((2,), 5.0))  # eager: never stale
+
+
+def test_numpy_arrays_read_by_the_function_are_guarded_by_value():
+    import numpy as np
+
+    weights = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+
+    def fn(x):
+        return x * torch.from_numpy(weights)
+
+    jf = thunder_core.jit(fn)
+    x = torch.ones(3)
+    assert_same(jf(x), fn(x))
+    weights[0] = 10.0  # changed in place
+    assert_same(jf(x), fn(x))
+    assert "values of weights" in thunder_core.cache_info(jf).reasons[-1]
+
+    big = np.ones(100_000, dtype=np.float32)
+    jg = thunder_core.jit(lambda t: t + torch.tensor(big)[: t.shape[0]])  # a copy: baked in, unless guarded
+    with pytest.warns(UserWarning, match="NumPy array of 100000 elements.*runs eagerly"):
+        assert_same(jg(x), x + 1)
+    big[:3] = 5.0
+    assert_same(jg(x), x + 5)

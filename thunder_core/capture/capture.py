@@ -93,9 +93,12 @@ class TensorLifter:
         self._builder = builder
         self._paths = paths
         self.lifted: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+        self.arrays_read: set[int] = set()
 
     def __call__(self, x):
         if type(x) is TensorProxy or not isinstance(x, torch.Tensor) or x.device.type == "meta":
+            if type(x).__name__ == "ndarray":
+                self.arrays_read.add(id(x))  # NumPy data flowing into a torch call (from_numpy, tensor)
             return x
         found = self.lifted.get(id(x))
         if found is None:
@@ -185,6 +188,9 @@ def capture(
     ):
         out = fn(*proxy_args, **proxy_kwargs)
     recorder.namer.taken.update(builder.taken)
+    if guard_builder is not None:
+        guard_builder.arrays_read |= lifter.arrays_read
+        guard_builder.check_arrays_read()
     if guard_builder is not None and reads.random_draw is not None:
         raise CaptureError(
             f"thunder_core.jit: {reads.random_draw} while being captured; the number drawn would be frozen "

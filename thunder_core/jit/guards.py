@@ -88,6 +88,7 @@ _OPAQUE_MODULES = ("logging", "threading", "_thread", "multiprocessing", "concur
 # Python modules whose attributes are not guarded (they do not change under a program).
 _STABLE_MODULES = frozenset(sys.stdlib_module_names) | {"torch", "thunder_core", "numpy", "typing_extensions"}
 MAX_CHECKS = 50_000
+MAX_ARRAY_ELEMENTS = 4096
 
 
 def is_immutable(value) -> bool:
@@ -164,6 +165,8 @@ class GuardBuilder:
         self.tensor_paths: dict[int, str] = {}  # id of a real tensor -> where it was found
         self.root_state_modules: set[int] = set()  # modules whose parameters/buffers are jit inputs
         self.namespaces: list[tuple[dict, str]] = []  # attribute dicts and globals walked, for leak checks
+        self.large_arrays: dict[int, tuple[str, int]] = {}  # NumPy arrays too large to compare per call
+        self.arrays_read: set[int] = set()  # ids of NumPy arrays the capture turned into tensors
 
     # Emitting checks.
     def bind(self, obj, prefix: str = "o") -> str:
@@ -250,12 +253,24 @@ class GuardBuilder:
         elif isinstance(obj, (set, frozenset)):
             if all(is_immutable(x) for x in obj):
                 self.equal(f"frozenset({name})", frozenset(obj), what)
+        elif type(obj).__module__ == "numpy" and type(obj).__name__ == "ndarray":
+            self._numpy_array(obj, name, what)
         elif isinstance(obj, (type, types.ModuleType, types.BuiltinFunctionType, torch.Generator)):
             pass  # the object itself is what matters; its identity is checked where it is found
         elif type(obj).__module__.split(".")[0] in _OPAQUE_MODULES:
             pass
         else:
             self._plain_object(obj, name, what, depth)
+
+    def _numpy_array(self, array, name: str, what: str) -> None:
+        """Small NumPy arrays are guarded by value (a copy). A larger one is noted: if the program
+        turns it into a tensor (``arrays_read``), it cannot be checked cheaply (``check_arrays_read``)."""
+        if array.size > MAX_ARRAY_ELEMENTS or array.dtype == object:
+            self.large_arrays[id(array)] = (what, array.size)
+            return
+        snapshot = self.bind(array.copy(), "k")
+        self._namespace["_array_equal"] = _array_equal
+        self.condition(f"_array_equal({name}, {snapshot})", "v", f"values of {what}", "unchanged")
 
     def _dict_items(self, name: str, d: dict, what: str, depth: int, attributes: bool = False) -> None:
         keys = tuple(d)
@@ -412,8 +427,20 @@ class GuardBuilder:
             self.equal(f"({name}.shape, {name}.dtype, {name}.device, {name}.requires_grad)", metadata,
                        f"shape, dtype, device, requires_grad of {where}")  # fmt: skip
 
+    def check_arrays_read(self) -> None:
+        """A large NumPy array whose data went into the trace cannot be guarded: refuse to compile."""
+        for array_id in self.arrays_read:
+            if array_id in self.large_arrays:
+                what, size = self.large_arrays[array_id]
+                raise TooMuchState(f"{what} is a NumPy array of {size} elements the program reads; it could "
+                                   "change in place between calls")  # fmt: skip
+
     def build(self) -> Guard:
         return Guard(list(self._checks), self._namespace, list(self._descriptions))
+
+
+def _array_equal(a, b) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool((a == b).all())
 
 
 def _literal(value) -> bool:
