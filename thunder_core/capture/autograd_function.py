@@ -10,6 +10,7 @@ runs the user's forward at run time, and autodiff differentiates it with PyTorch
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -43,11 +44,25 @@ def _intercepted_apply(cls, *args, **kwargs):
         return _symbol_for(cls)(*args, **kwargs)
 
 
+_lock = threading.Lock()
+_active = 0  # captures in progress (in any thread): the patch stays while one is
+
+
 @contextmanager
 def autograd_functions_recorded_whole():
-    """Within the block, ``Function.apply`` on traced tensors records one opaque operation."""
-    _Function.apply = classmethod(_intercepted_apply)
+    """Within the block, ``Function.apply`` on traced tensors records one opaque operation.
+
+    The interception checks the calling thread's recorder, so other threads' eager calls pass
+    through; it is installed while any capture is in progress.
+    """
+    global _active
+    with _lock:
+        _active += 1
+        _Function.apply = classmethod(_intercepted_apply)
     try:
         yield
     finally:
-        _Function.apply = _original_apply
+        with _lock:
+            _active -= 1
+            if _active == 0:
+                _Function.apply = _original_apply
