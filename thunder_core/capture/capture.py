@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -113,22 +114,35 @@ class TensorLifter:
         return [tensor for tensor, _ in self.lifted.values()]
 
 
+_compiling_lock = threading.Lock()
+_compiling_count = 0
+_compiling_saved = False
+
+
 @contextmanager
 def _compiling():
     """``torch.compiler.is_compiling()`` is True while capturing, as under torch.compile.
 
     Libraries (transformers among them) test it to skip data-dependent checks and take
-    their trace-friendly code paths.
+    their trace-friendly code paths. The flag is process-wide: it is set while any thread
+    captures and restored when the last capture ends.
     """
-    saved = getattr(torch.compiler, "_is_compiling_flag", None)
-    if saved is None:
+    global _compiling_count, _compiling_saved
+    if getattr(torch.compiler, "_is_compiling_flag", None) is None:
         yield
         return
-    torch.compiler._is_compiling_flag = True
+    with _compiling_lock:
+        if _compiling_count == 0:
+            _compiling_saved = torch.compiler._is_compiling_flag
+        _compiling_count += 1
+        torch.compiler._is_compiling_flag = True
     try:
         yield
     finally:
-        torch.compiler._is_compiling_flag = saved
+        with _compiling_lock:
+            _compiling_count -= 1
+            if _compiling_count == 0:
+                torch.compiler._is_compiling_flag = _compiling_saved
 
 
 def _is_plain(out) -> bool:
