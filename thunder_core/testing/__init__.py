@@ -3,6 +3,6 @@
 Needs the ``expecttest`` package (PyTorch's OpInfo database imports it) for the OpInfo tools.
 """
 
-from thunder_core.testing.plugins import plugin_info
+from thunder_core.testing.plugins import check_probe_against_machine, plugin_info
 
-__all__ = ["plugin_info"]
+__all__ = ["check_probe_against_machine", "plugin_info"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ from thunder_executor_apex import problems
 from thunder_executor_apex.checks import cross_entropy_checker, norm_checker
 
 from thunder_core.extend import TensorProxy
-from thunder_core.testing import plugin_info
+from thunder_core.testing import check_probe_against_machine, plugin_info
 
 PROBLEMS = problems()
 
@@ -109,18 +108,4 @@ def test_fused_kernels_match_eager_cuda():
 
 
 def test_probe_agrees_with_an_independent_look_at_this_machine():
-    # Written without the probe's code: is a library module findable, is there a CUDA device.
-    library = any(importlib.util.find_spec(m) is not None for m in ["apex"])
-    gpu = torch.cuda.is_available()
-    info = plugin_info("apex")
-    if info.status == "available":
-        assert library and gpu
-    if not library:
-        assert info.status == "unavailable" and "NVIDIA Apex is not installed" in info.reason
-    if not gpu:
-        assert info.status == "unavailable"
-        assert (
-            ("CPU-only build" in info.reason)
-            if torch.version.cuda is None
-            else ("no CUDA device" in info.reason)
-        )
+    check_probe_against_machine("apex", ["apex"], "NVIDIA Apex is not installed")

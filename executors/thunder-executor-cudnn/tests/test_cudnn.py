@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from thunder_executor_cudnn import problems
@@ -11,7 +9,7 @@ from thunder_executor_cudnn.checks import sdpa_checker
 
 import thunder_core
 from thunder_core.extend import TensorProxy
-from thunder_core.testing import plugin_info
+from thunder_core.testing import check_probe_against_machine, plugin_info
 
 PROBLEMS = problems()
 
@@ -100,18 +98,4 @@ def test_a_gradient_in_another_layout_is_copied_into_the_outputs_layout():
 
 
 def test_probe_agrees_with_an_independent_look_at_this_machine():
-    # Written without the probe's code: is a library module findable, is there a CUDA device.
-    library = any(importlib.util.find_spec(m) is not None for m in ["cudnn"])
-    gpu = torch.cuda.is_available()
-    info = plugin_info("cudnn")
-    if info.status == "available":
-        assert library and gpu
-    if not library:
-        assert info.status == "unavailable" and "nvidia-cudnn-frontend is not installed" in info.reason
-    if not gpu:
-        assert info.status == "unavailable"
-        assert (
-            ("CPU-only build" in info.reason)
-            if torch.version.cuda is None
-            else ("no CUDA device" in info.reason)
-        )
+    check_probe_against_machine("cudnn", ["cudnn"], "nvidia-cudnn-frontend is not installed")

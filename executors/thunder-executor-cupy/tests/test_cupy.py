@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 
@@ -13,7 +12,7 @@ from thunder_executor_cupy.codegen import Unsupported, elementwise_kernel_spec, 
 
 import thunder_core
 from thunder_core.extend import TensorProxy
-from thunder_core.testing import plugin_info
+from thunder_core.testing import check_probe_against_machine, plugin_info
 
 PROBLEMS = problems()
 
@@ -109,18 +108,4 @@ def test_raw_kernel_source_compiles_with_nvcc(tmp_path, arch):
 
 
 def test_probe_agrees_with_an_independent_look_at_this_machine():
-    # Written without the probe's code: is a library module findable, is there a CUDA device.
-    library = any(importlib.util.find_spec(m) is not None for m in ["cupy"])
-    gpu = torch.cuda.is_available()
-    info = plugin_info("cupy")
-    if info.status == "available":
-        assert library and gpu
-    if not library:
-        assert info.status == "unavailable" and "CuPy is not installed" in info.reason
-    if not gpu:
-        assert info.status == "unavailable"
-        assert (
-            ("CPU-only build" in info.reason)
-            if torch.version.cuda is None
-            else ("no CUDA device" in info.reason)
-        )
+    check_probe_against_machine("cupy", ["cupy"], "CuPy is not installed")

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from thunder_executor_nvfuser import problems
 from thunder_executor_nvfuser.translate import Ref, recipe, recipe_key, tensor_descriptor, untranslatable
 
 import thunder_core
-from thunder_core.testing import plugin_info
+from thunder_core.testing import check_probe_against_machine, plugin_info
 
 PROBLEMS = problems()
 
@@ -103,18 +101,4 @@ def test_the_checker_claims_only_what_translates():
 
 
 def test_probe_agrees_with_an_independent_look_at_this_machine():
-    # Written without the probe's code: is a library module findable, is there a CUDA device.
-    library = any(importlib.util.find_spec(m) is not None for m in ["nvfuser", "nvfuser_direct"])
-    gpu = torch.cuda.is_available()
-    info = plugin_info("nvfuser")
-    if info.status == "available":
-        assert library and gpu
-    if not library:
-        assert info.status == "unavailable" and "nvFuser is not installed" in info.reason
-    if not gpu:
-        assert info.status == "unavailable"
-        assert (
-            ("CPU-only build" in info.reason)
-            if torch.version.cuda is None
-            else ("no CUDA device" in info.reason)
-        )
+    check_probe_against_machine("nvfuser", ["nvfuser", "nvfuser_direct"], "nvFuser is not installed")

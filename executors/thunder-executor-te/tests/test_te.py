@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from thunder_executor_te import problems
@@ -11,7 +9,7 @@ from thunder_executor_te.checks import linear_checker
 
 import thunder_core
 from thunder_core.extend import TensorProxy
-from thunder_core.testing import plugin_info
+from thunder_core.testing import check_probe_against_machine, plugin_info
 
 PROBLEMS = problems()
 
@@ -53,18 +51,4 @@ def test_linear_matches_eager_cuda_within_fp8_tolerance():
 
 
 def test_probe_agrees_with_an_independent_look_at_this_machine():
-    # Written without the probe's code: is a library module findable, is there a CUDA device.
-    library = any(importlib.util.find_spec(m) is not None for m in ["transformer_engine"])
-    gpu = torch.cuda.is_available()
-    info = plugin_info("te")
-    if info.status == "available":
-        assert library and gpu
-    if not library:
-        assert info.status == "unavailable" and "transformer_engine is not installed" in info.reason
-    if not gpu:
-        assert info.status == "unavailable"
-        assert (
-            ("CPU-only build" in info.reason)
-            if torch.version.cuda is None
-            else ("no CUDA device" in info.reason)
-        )
+    check_probe_against_machine("te", ["transformer_engine"], "transformer_engine is not installed")
