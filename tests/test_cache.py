@@ -106,6 +106,32 @@ def test_cached_call_runs_the_generated_code_not_the_python_function():
     assert len(entered) == 1  # only the capture ran the Python function
 
 
+def test_a_first_call_under_cprofile_compiles_and_the_profiler_keeps_recording():
+    import cProfile
+    import pstats
+
+    scale = 3.0
+
+    def fn(x):
+        return x * scale
+
+    def outside(x):
+        return x + 1
+
+    jfn = thunder_core.jit(fn)
+    x = torch.randn(4)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        out = jfn(x)
+        outside(x)
+    finally:
+        profiler.disable()
+    torch.testing.assert_close(out, x * 3.0)
+    recorded = {name for (_, _, name) in pstats.Stats(profiler).stats}
+    assert "outside" in recorded  # resumed after the capture paused it
+
+
 def test_a_function_that_changes_state_it_reads_recompiles_like_eager_runs_it():
     calls = []
 

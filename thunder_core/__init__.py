@@ -16,7 +16,7 @@ from thunder_core._version import __version__
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
 from thunder_core.explain import Explanation, explain
-from thunder_core.inspection import cache_info, last_backward_traces, last_traces
+from thunder_core.inspection import cache_info, last_backward_traces, last_blocks, last_traces
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule
@@ -46,6 +46,7 @@ __all__ = [
     "cache_info",
     "jit",
     "last_backward_traces",
+    "last_blocks",
     "last_traces",
 ]
 
@@ -65,6 +66,7 @@ def jit(
     disable: Sequence[str] | None = None,
     recompile_limit: int = DEFAULT_RECOMPILE_LIMIT,
     cache: str = "guarded",
+    reuse_blocks: bool = True,
 ):
     """Compile a function of tensors, or an ``nn.Module``.
 
@@ -83,13 +85,19 @@ def jit(
     code, so a changed Python value is silently ignored — use it only when nothing changes.
     After ``recompile_limit`` compilations, new signatures run eagerly and a warning says
     what kept changing.
+
+    For a module, each call of a repeated block (a child of an ``nn.ModuleList`` or
+    ``nn.Sequential`` whose class repeats, such as a transformer layer) is recorded as a
+    block; calls that did the same operations on tensors of the same metadata are
+    differentiated, claimed and compiled once and share the result. ``reuse_blocks=False``
+    compiles every layer's operations separately.
     """
     from thunder_core.plugins.config import resolve
     from thunder_core.plugins.job import build_job
 
     job = build_job(resolve(executors=executors, plugins=plugins, options=options, disable=disable))
     if isinstance(fn, nn.Module):
-        return ThunderModule(fn, recompile_limit=recompile_limit, job=job, cache=cache)
+        return ThunderModule(fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks)
     if not callable(fn):
         raise TypeError(f"thunder_core.jit expects a function or an nn.Module, got {type(fn).__qualname__}")
-    return ThunderFunction(fn, recompile_limit=recompile_limit, job=job, cache=cache)
+    return ThunderFunction(fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from thunder_core.ir.trace import Trace
+from thunder_core.jit.blocks import BlockProgram
 from thunder_core.jit.function import CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule
 
@@ -72,6 +73,17 @@ def last_backward_traces(jfn) -> list[Trace]:
             for t in last_backward_traces(part)
         ]
     return list(_last(jfn).backward_traces)
+
+
+def last_blocks(jfn) -> list[BlockProgram]:
+    """The distinct repeated blocks of the most recent call, each compiled once.
+
+    Each has a ``name`` (what the program calls: ``block_1``, or ``block_1_forward`` and
+    ``block_1_backward`` when training), the ``module_class`` of its layers, how many
+    ``calls`` of it the program makes, and its own ``traces`` and ``backward_traces``.
+    Empty when nothing repeated, or with ``jit(..., reuse_blocks=False)``.
+    """
+    return list(_last(jfn).blocks)
 
 
 def cache_info(jfn) -> CacheInfo:

@@ -34,4 +34,5 @@ def register_vjp(*symbols: Symbol) -> Callable[[Rule], Rule]:
 
 
 def vjp_rule(symbol: Symbol) -> Rule | None:
-    return _RULES.get(symbol)
+    rule = _RULES.get(symbol)
+    return rule if rule is not None else symbol.vjp

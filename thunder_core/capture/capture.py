@@ -11,6 +11,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch.utils import _pytree as pytree
 
+from thunder_core.capture.blocks import blocks_recorded
 from thunder_core.capture.autograd_function import autograd_functions_recorded_whole
 from thunder_core.capture.mode import CaptureMode
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
@@ -162,6 +163,7 @@ def capture(
     extra_inputs: list[tuple[str, torch.Tensor]] = (),
     extra_binder=None,
     guard_builder=None,
+    block_modules=(),
 ) -> tuple[Trace, list[torch.Tensor]]:
     """Run ``fn(*args, **kwargs)`` on proxies and return the trace of what it did.
 
@@ -172,7 +174,8 @@ def capture(
     Returns the trace and the real tensors the function used that were not among its inputs
     (module attributes, globals, closures): they are the trace's last inputs. With a
     ``guard_builder``, the globals read by the user code that runs are guarded as they were
-    before that code ran.
+    before that code ran. Each call of one of ``block_modules`` is recorded as one ``block``
+    bound symbol holding its operations (``thunder_core.capture.blocks``).
     """
     start = time.perf_counter()
     builder = _InputBuilder()
@@ -199,6 +202,7 @@ def capture(
         autograd_functions_recorded_whole(),
         CaptureMode(lifter),
         reads,
+        blocks_recorded(list(block_modules)),
     ):
         out = fn(*proxy_args, **proxy_kwargs)
     recorder.namer.taken.update(builder.taken)

@@ -96,13 +96,15 @@ class ExecutedUserCode:
     Also notes the first draw from a Python-level random number generator (``random``,
     ``numpy.random``): a value drawn while capturing would be frozen into the trace, so
     ``random_draw`` names it and the line, for capture to refuse. Uses ``sys.setprofile``
-    (an already installed profiler keeps receiving its events).
+    (an already installed Python-level profiler keeps receiving its events; a C-level one such
+    as ``cProfile`` is paused while capturing and resumed afterwards).
     """
 
     def __init__(self, on_first_entry: Callable[[CodeType, dict], None]):
         self._on_first_entry = on_first_entry
         self._seen: set[CodeType] = set()
         self._previous = None
+        self._paused = None
         self.random_draw: str | None = None
 
     def _profile(self, frame, event, arg):
@@ -126,9 +128,18 @@ class ExecutedUserCode:
             self._previous(frame, event, arg)
 
     def __enter__(self) -> ExecutedUserCode:
-        self._previous = sys.getprofile()
+        previous = sys.getprofile()
+        if previous is not None and not callable(previous) and hasattr(previous, "enable"):
+            # A C-level profiler (cProfile): sys.getprofile() gives its object, which cannot be
+            # called per event; pause it while capturing and resume it afterwards.
+            previous.disable()
+            self._paused, previous = previous, None
+        self._previous = previous
         sys.setprofile(self._profile)
         return self
 
     def __exit__(self, *exc) -> None:
         sys.setprofile(self._previous)
+        if self._paused is not None:
+            self._paused.enable()
+            self._paused = None

@@ -19,7 +19,17 @@ def to_torch(bsym: BoundSymbol) -> BoundSymbol:
     return bsym.replace(executor=TORCH, impl=None)
 
 
-def _region(bsyms: list[BoundSymbol], later: list[BoundSymbol], trace_outputs: set[str]) -> Region:
+def _last_uses(bsyms: list[BoundSymbol]) -> dict[str, int]:
+    """Name -> the position of the last bound symbol that reads it."""
+    last: dict[str, int] = {}
+    for i, b in enumerate(bsyms):
+        for p in b.flat_args():
+            last[p.name] = i
+    return last
+
+
+def _region(bsyms: list[BoundSymbol], position: int, last_uses: dict[str, int], trace_outputs: set[str]) -> Region:
+    """The region of ``bsyms`` ending before ``position``: what it reads, what is used after it."""
     produced, inputs, seen = set(), [], set()
     for b in bsyms:
         for p in b.flat_args():
@@ -27,11 +37,11 @@ def _region(bsyms: list[BoundSymbol], later: list[BoundSymbol], trace_outputs: s
                 seen.add(p.name)
                 inputs.append(p)
         produced.update(p.name for p in b.flat_outputs())
-    used_later = {p.name for b in later for p in b.flat_args()} | trace_outputs
     outputs, out_seen = [], set()
     for b in bsyms:
         for p in b.flat_outputs():
-            if p.name in used_later and p.name not in out_seen:
+            used_later = p.name in trace_outputs or last_uses.get(p.name, -1) >= position
+            if used_later and p.name not in out_seen:
                 out_seen.add(p.name)
                 outputs.append(p)
     return Region(bsyms, inputs, outputs)
@@ -65,6 +75,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
     bsyms = trace.bound_symbols
     given_back: dict[str, str] = {}
     regions = 0
+    last_uses = _last_uses(bsyms)
 
     def give_back(reason: str) -> None:
         for b in run:
@@ -79,7 +90,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
         if executor.region_weight(run) < minimum:
             give_back(f"a region of {len(run)} op(s) is below {executor.name}'s min_region_size ({minimum})")
         else:
-            region = _region(list(run), bsyms[position:], trace_outputs)
+            region = _region(list(run), position, last_uses, trace_outputs)
             name = f"{executor.name}_fusion_{regions + 1}"
             try:
                 compiled = executor.compile_region(region)

@@ -58,6 +58,7 @@ class Symbol:
     decomposition: Callable[..., Any] | None = None
     meta: Callable[..., Any] | None = None
     tags: frozenset[str] = field(default_factory=frozenset)
+    vjp: Callable[..., Any] | None = None  # a VJP rule of this symbol alone (made-at-compile-time symbols)
 
     def __call__(self, *args, **kwargs):
         recorder = active_recorder()

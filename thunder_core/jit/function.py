@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import inspect
 import warnings
 from typing import NamedTuple
@@ -51,6 +53,20 @@ def _positional_names(fn) -> list[str]:
     return names
 
 
+@contextlib.contextmanager
+def _garbage_collection_paused():
+    """Compiling allocates many small objects that live until it ends; Python's cyclic
+    collector would walk them again and again (a third of capture time on a transformer).
+    Cycles made meanwhile are collected after it is turned back on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class ThunderFunction:
     """A function compiled by ``thunder_core.jit``; call it like the original."""
 
@@ -64,6 +80,7 @@ class ThunderFunction:
         cache: str = "guarded",
         guard_root=None,
         signature_of=None,
+        reuse_blocks: bool = True,
     ):
         if cache not in CACHE_MODES:
             raise ValueError(
@@ -74,6 +91,7 @@ class ThunderFunction:
         self._recompile_limit = recompile_limit
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
         self._guarded = cache == "guarded"
+        self._reuse_blocks = reuse_blocks
         self._guard_root = fn if guard_root is None else guard_root
         # key -> (guard check or None, callable, Compiled): the entry tried first for that key.
         self._cache: dict[tuple, tuple] = {}
@@ -194,6 +212,10 @@ class ThunderFunction:
         return self._use(key, compiled, leaves)
 
     def _compile(self, args, kwargs) -> Compiled:
+        with _garbage_collection_paused():
+            return self._compile_now(args, kwargs)
+
+    def _compile_now(self, args, kwargs) -> Compiled:
         builder = None
         if self._guarded:
             builder = GuardBuilder()
@@ -210,11 +232,19 @@ class ThunderFunction:
             extra_binder=self._state.binder if self._state is not None else None,
             job=self._job,
             guard_builder=builder,
+            block_modules=self._block_modules(),
         )
         if builder is not None:
             compiled.guard = builder.build()
             check_side_effects(compiled, builder.namespaces)
         return compiled
+
+    def _block_modules(self) -> list:
+        if not self._reuse_blocks or not isinstance(self._guard_root, torch.nn.Module):
+            return []
+        from thunder_core.capture.blocks import repeated_blocks
+
+        return repeated_blocks(self._guard_root)
 
     def _use(self, key, compiled: Compiled, leaves):
         check = compiled.guard.check if compiled.guard is not None and len(compiled.guard) else None

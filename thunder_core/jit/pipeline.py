@@ -16,10 +16,12 @@ import torch
 
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
+from thunder_core.capture.blocks import has_blocks
 from thunder_core.executors.claiming import assign_executors
 from thunder_core.executors.failures import strictness
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.jit.autograd import TrainingProgram
+from thunder_core.jit.blocks import share_blocks, without_blocks
 from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled, autocast_transform
 from thunder_core.transforms.dce import dce
 from thunder_core.transforms.delete_last_used import delete_last_used
@@ -36,6 +38,7 @@ class Compiled:
     notes: list[str] = field(default_factory=list)
     guard: object = None  # thunder_core.jit.guards.Guard, or None when nothing is guarded
     reason: str = ""  # why this entry was compiled (what changed since the previous one)
+    blocks: list = field(default_factory=list)  # thunder_core.jit.blocks.BlockProgram, one per distinct block
 
 
 def _torch_only(job):
@@ -98,9 +101,21 @@ def _with_lifted(program, lifted: list):
 
 
 def compile_function(
-    fn, args, kwargs, *, positional_names, extra_inputs=(), extra_binder=None, job=None, guard_builder=None
+    fn,
+    args,
+    kwargs,
+    *,
+    positional_names,
+    extra_inputs=(),
+    extra_binder=None,
+    job=None,
+    guard_builder=None,
+    block_modules=(),
 ) -> Compiled:
     """Capture ``fn`` on these arguments, transform and lower the trace, and compile it.
+
+    Calls of ``block_modules`` (a model's repeated layers) that do the same thing share one
+    transformed and compiled block (``thunder_core.jit.blocks``).
 
     Inside ``torch.autocast``, the program is captured and compiled with autocast off and
     autocast's casts become explicit ops of the trace (so every executor sees the dtypes that
@@ -108,24 +123,59 @@ def compile_function(
     """
     ambient = ambient_autocast()
     with autocast_disabled(ambient):
-        return _compile(
-            fn, args, kwargs, positional_names, extra_inputs, extra_binder, job, guard_builder, ambient
+        captured, lifted = capture(
+            fn,
+            args,
+            kwargs,
+            positional_names=positional_names,
+            extra_inputs=extra_inputs,
+            extra_binder=extra_binder,
+            guard_builder=guard_builder,
+            block_modules=block_modules,
         )
+        if guard_builder is not None:
+            guard_builder.lifted_tensors(lifted)
+        flat = without_blocks(captured)
+        if has_blocks(captured.bound_symbols) and not ambient and not _has_passes(job):
+            compiled = _compile_sharing_blocks(captured, flat, lifted, job)
+            if compiled is not None:
+                return compiled
+        return _compile(flat, lifted, job, ambient)
 
 
-def _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job, guard_builder, ambient):
-    captured, lifted = capture(
-        fn,
-        args,
-        kwargs,
-        positional_names=positional_names,
-        extra_inputs=extra_inputs,
-        extra_binder=extra_binder,
-        guard_builder=guard_builder,
-    )
-    if guard_builder is not None:
-        guard_builder.lifted_tensors(lifted)
-    traces = [captured]
+def _has_passes(job) -> bool:
+    return job is not None and any(job.passes.get(stage) for stage in ("after_capture", "after_autodiff"))
+
+
+def _compile_sharing_blocks(captured: Trace, flat: Trace, lifted, job) -> Compiled | None:
+    """Compile with each distinct block transformed and compiled once; None where that cannot
+    be done (autodiff must leave the program to PyTorch autograd), for the caller to compile
+    ``flat`` instead. Plugin passes and ambient autocast see the whole program, so they take
+    the flat path."""
+    start = time.perf_counter()
+    executors = job.executors if job is not None else ()
+    try:
+        shared, blocks = share_blocks(captured, lambda trace: _lower(trace, job), executors)
+    except NotDifferentiable:
+        return None
+    shared.provenance = Provenance(f"share blocks ({len(blocks)} distinct)", time.perf_counter() - start)
+    try:
+        compiled = _compile(shared, lifted, job, None, autodiff_fallback=False, first=flat)
+    except NotDifferentiable:
+        return None
+    compiled.blocks = blocks
+    forward = [t for t in compiled.traces if t.decisions][-1:]
+    backward = [t for t in compiled.backward_traces if t.decisions][-1:]
+    for block in blocks:
+        for final, traces in ((forward, block.traces), (backward, block.backward_traces)):
+            decided = [t for t in traces if t.decisions][-1:]
+            if final and decided:
+                final[0].decisions = [*final[0].decisions, *decided[0].decisions]
+    return compiled
+
+
+def _compile(captured: Trace, lifted, job, ambient, *, autodiff_fallback: bool = True, first: Trace | None = None):
+    traces = [captured] if first is None else [first, captured]
     if ambient:
         traces.append(autocast_transform(captured, ambient, name="autocast (torch.autocast around the call)"))
     traces.append(dce(traces[-1]))
@@ -137,6 +187,8 @@ def _compile(fn, args, kwargs, positional_names, extra_inputs, extra_binder, job
             with torch.enable_grad():  # the gradient's own ops are recorded as grad mode on
                 split = split_forward_backward(prepared, job.executors if job is not None else ())
         except NotDifferentiable as reason:
+            if not autodiff_fallback:
+                raise
             notes.append(f"autodiff: PyTorch autograd records the whole program ({reason})")
             # Only torch ops are recorded by PyTorch autograd: other executors' kernels would
             # silently drop gradients, so the torch executor runs everything here.

@@ -1,0 +1,116 @@
+"""First-call time against depth: wrapping a litgpt model plus its first training step, on CPU.
+
+A transformer is N copies of one block; thunder_core compiles each distinct block once
+(``reuse_blocks``, on by default), so most of the first call should not grow with depth. For
+2, 8 and 24 layers (width 256, batch 4 x 256 tokens), each in a fresh process: eager (the
+step itself, the floor any backend pays), torch.compile, thunder_core with its default
+executors, and thunder_core with ``reuse_blocks=False``. "warm" runs with the compile caches
+an earlier identical process left on disk; "cold" with empty Inductor and Numba caches.
+
+    python benchmarks/compile_time.py                   # 2, 8, 24 layers, warm and cold
+    python benchmarks/compile_time.py --layers 2,24 --rounds 3
+    python benchmarks/compile_time.py --warm-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+BACKENDS = ("eager", "torch.compile", "thunder_core", "thunder_core(reuse_blocks=False)")
+BATCH, LENGTH, WIDTH = 4, 256, 256
+
+
+def first_call(backend: str, layers: int) -> dict:
+    import torch
+    from litgpt.config import Config
+    from litgpt.model import GPT
+
+    config = Config(
+        name=f"bench-{layers}-layer", block_size=LENGTH, vocab_size=2048, padded_vocab_size=2048, n_layer=layers,
+        n_head=8, n_query_groups=8, n_embd=WIDTH, intermediate_size=4 * WIDTH, bias=False,
+        norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(config)
+    idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
+    if backend.startswith("thunder_core"):
+        import thunder_core  # imported before the clock starts, like torch
+    start = time.perf_counter()
+    if backend == "torch.compile":
+        model = torch.compile(model)
+    elif backend == "thunder_core":
+        model = thunder_core.jit(model)
+    elif backend == "thunder_core(reuse_blocks=False)":
+        model = thunder_core.jit(model, reuse_blocks=False)
+    logits = model(idx[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+    loss.backward()
+    return {"first_call_s": time.perf_counter() - start}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=BACKENDS, help="measure one backend in this process (internal)")
+    parser.add_argument("--layers", default="2,8,24", help="comma-separated depths")
+    parser.add_argument("--rounds", type=int, default=1, help="repetitions of every warm measurement")
+    parser.add_argument("--warm-only", action="store_true", help="skip the runs with empty compile caches")
+    args = parser.parse_args()
+    depths = [int(n) for n in args.layers.split(",")]
+    if args.backend:
+        print(json.dumps(first_call(args.backend, depths[0])))
+        return
+
+    from measure import run_isolated
+
+    results: dict[tuple[str, int], dict] = {}
+    with tempfile.TemporaryDirectory() as shared:
+        warm_env = {"TORCHINDUCTOR_CACHE_DIR": f"{shared}/inductor", "NUMBA_CACHE_DIR": f"{shared}/numba"}
+        for layers in depths:
+            for backend in BACKENDS:
+                run = lambda env: run_isolated(__file__, "--backend", backend, "--layers", str(layers), env=env)  # noqa: E731
+                row = {}
+                if not args.warm_only:
+                    with tempfile.TemporaryDirectory() as empty:
+                        row["cold"] = run({"TORCHINDUCTOR_CACHE_DIR": f"{empty}/inductor", "NUMBA_CACHE_DIR": f"{empty}/numba"})["first_call_s"]
+                run(warm_env)  # fills the shared caches
+                row["warm"] = statistics.median(run(warm_env)["first_call_s"] for _ in range(args.rounds))
+                results[(backend, layers)] = row
+    print(
+        f"First call (wrap + forward + backward) of litgpt GPT, width {WIDTH}, batch {BATCH} x {LENGTH} tokens, "
+        f"CPU; warm = median of {args.rounds} run(s) with compile caches on disk, cold = empty caches"
+    )
+    columns = ["warm"] if args.warm_only else ["warm", "cold"]
+    header = f"{'backend':34s}" + "".join(f"{f'{n} layers {c}':>17s}" for n in depths for c in columns)
+    print(header)
+    for backend in BACKENDS:
+        cells = "".join(f"{results[(backend, n)][c]:16.2f}s" for n in depths for c in columns)
+        print(f"{backend:34s}{cells}")
+    for column in columns:
+        for n in depths:
+            eager = results[("eager", n)][column]
+            compiled = results[("torch.compile", n)][column]
+            ours = results[("thunder_core", n)][column]
+            print(
+                f"{n:>2d} layers {column}: thunder_core above eager {ours - eager:6.2f}s, "
+                f"torch.compile above eager {compiled - eager:6.2f}s, ratio {compiled / ours:5.2f}x"
+            )
+    print(
+        "thunder_core growth from the shallowest to the deepest model, above eager: "
+        + ", ".join(
+            f"{c} {results[('thunder_core', depths[-1])][c] - results[('eager', depths[-1])][c] - (results[('thunder_core', depths[0])][c] - results[('eager', depths[0])][c]):+.2f}s"
+            for c in columns
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Compiling each distinct repeated block once (the idea of PyTorch/XLA's ``scan_layers``).
+
+Capture records each call of a repeated block (a transformer layer) as a ``block`` bound
+symbol with the layer's operations as subsymbols (``thunder_core.capture.blocks``). Here the
+calls are grouped by what they really did: two calls are the same block when their
+operations, argument values and the metadata of every tensor they touch match, position by
+position. Each distinct block becomes a trace of its own that goes through autodiff,
+rematerialization, executor claiming and fusion once; every call of it in the program is
+one bound symbol running that compiled block on its own layer's parameters. The printed
+program keeps one call per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from thunder_core.autodiff.joint import requires_autodiff, split_forward_backward
+from thunder_core.capture.blocks import BLOCK, inline_blocks
+from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
+from thunder_core.ir.symbols import INPLACE, BoundSymbol, Symbol, active_recorder
+from thunder_core.ir.trace import Trace
+from thunder_core.ir.tree import leaves
+from thunder_core.transforms.rematerialize import rematerialize
+
+MIN_BLOCK_OPS = 4  # a smaller repeated module is not worth a call boundary (it would stop fusion)
+
+
+@dataclass
+class BlockProgram:
+    """One distinct block: its traces, its compiled callables and the calls that use it."""
+
+    name: str
+    module_class: str
+    calls: int
+    traces: list[Trace] = field(default_factory=list)
+    backward_traces: list[Trace] = field(default_factory=list)
+
+
+def _canonical(value, index: dict[str, int]):
+    if isinstance(value, TensorProxy):
+        position = index.setdefault(value.name, len(index))
+        return ("T", position, tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad)
+    if isinstance(value, NumberProxy):
+        return ("N", index.setdefault(value.name, len(index)), type(value.value), value.value)
+    if isinstance(value, ObjectProxy):
+        return ("O", index.setdefault(value.name, len(index)))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_canonical(v, index) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _canonical(v, index)) for k, v in value.items()))
+    if isinstance(value, (bool, int, float, complex, str, type(None))):
+        return (type(value), value)
+    return (type(value), repr(value))  # dtypes, devices, slices; anything else by its repr (ids differ)
+
+
+def structural_key(inputs: list, bsyms: list[BoundSymbol], outputs: list) -> tuple:
+    """Equal for two blocks exactly when one's trace, renamed, is the other's."""
+    index: dict[str, int] = {}
+    parts = [tuple(_canonical(p, index) for p in inputs)]
+    for b in bsyms:
+        parts.append((id(b.symbol), _canonical(b.args, index), _canonical(b.kwargs, index), _canonical(b.output, index)))
+    parts.append(tuple(_canonical(p, index) for p in outputs))
+    return tuple(parts)
+
+
+def _last_uses(trace: Trace) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for i, b in enumerate(trace.bound_symbols):
+        for sub in b.subsymbols if b.symbol.has_tag(BLOCK) else (b,):
+            for p in sub.flat_args():
+                last[p.name] = i
+    for p in leaves(trace.output):
+        if hasattr(p, "name"):
+            last[p.name] = len(trace.bound_symbols)
+    return last
+
+
+def _fresh(like):
+    recorder = active_recorder()
+    if isinstance(like, TensorProxy):
+        return recorder.new_proxy(like.shape, like.dtype, like.device, like.requires_grad, like.stride())
+    if isinstance(like, NumberProxy):
+        return NumberProxy(recorder.namer(), like.value)
+    return ObjectProxy(recorder.namer())
+
+
+class _Group:
+    def __init__(self, name: str, module_class: str, inputs: list, bsyms: list[BoundSymbol], outputs: list):
+        self.name = name
+        self.module_class = module_class
+        self.body = Trace(inputs=list(inputs), bound_symbols=list(bsyms), output=tuple(outputs), function_name=name)
+        self.calls: list[int] = []
+
+
+def _compile_group(group: _Group, lower, job_executors) -> tuple[Symbol, BlockProgram]:
+    """The symbol that calls the compiled block, with the VJP rule autodiff uses on it."""
+    body = group.body
+    program = BlockProgram(group.name, group.module_class, len(group.calls))
+    n_out = len(body.output)
+    if not requires_autodiff(body):
+        traces = lower(body)
+        program.traces = [body, *traces]
+        run = traces[-1].python_callable()
+        return Symbol(name=group.name, impl=run, printed_name=group.name), program
+
+    with torch.enable_grad():  # the gradient's own ops are recorded as grad mode on
+        split = split_forward_backward(body, job_executors)
+    forward, backward = rematerialize(split.forward, split.backward)
+    forward_traces, backward_traces = lower(forward), lower(backward)
+    program.traces = [body, split.forward, *forward_traces]
+    program.backward_traces = [split.backward, *backward_traces]
+    run_forward = forward_traces[-1].python_callable()
+    run_backward = backward_traces[-1].python_callable()
+    outputs_like, saved_like = forward.output
+    differentiable = split.output_differentiable
+
+    def forward_and_saved(*args):
+        outputs, saved = run_forward(*args)
+        return (*outputs, *saved)
+
+    def outputs_only(*args):
+        return tuple(run_forward(*args)[0])
+
+    forward_symbol = Symbol(
+        name=f"{group.name}_forward",
+        impl=forward_and_saved,
+        printed_name=f"{group.name}_forward",
+        meta=lambda *args: tuple(_fresh(p) for p in (*outputs_like, *saved_like)),
+    )
+    grads_like = backward.output
+    backward_symbol = Symbol(
+        name=f"{group.name}_backward",
+        impl=lambda *args: tuple(run_backward(*args)),
+        printed_name=f"{group.name}_backward",
+        meta=lambda *args: tuple(None if g is None else _fresh(g) for g in grads_like),
+    )
+
+    def vjp(*args):
+        results = forward_symbol(*args)
+        outputs, saved = results[:n_out], results[n_out:]
+
+        def pullback(grads):
+            from thunder_core.autodiff.helpers import ops
+
+            grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+            given = []
+            for out, g, is_diff in zip(outputs, grads, differentiable):
+                if is_diff:
+                    given.append(g if g is not None else ops.zeros_like(out))
+            input_grads = backward_symbol(*saved, *given)
+            return [(arg, g) for arg, g in zip(args, input_grads) if g is not None]
+
+        return tuple(outputs), pullback
+
+    symbol = Symbol(name=group.name, impl=outputs_only, printed_name=group.name, vjp=vjp)
+    return symbol, program
+
+
+def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[BlockProgram]]:
+    """Replace recorded block calls by calls of one compiled program per distinct block.
+
+    ``lower(trace)`` gives the lowered traces of a block's (forward or backward) trace. A block
+    that mutates a tensor in place, produces nothing used later, or is smaller than
+    ``MIN_BLOCK_OPS`` operations is inlined. Raises what autodiff raises
+    (``NotDifferentiable``): the caller then compiles the inlined program instead.
+    """
+    last_uses = _last_uses(trace)
+    groups: dict[tuple, _Group] = {}
+    plan: list = []  # per bound symbol: a BoundSymbol to keep, a list to inline, or (group, inputs, outputs)
+    for position, bsym in enumerate(trace.bound_symbols):
+        if not bsym.symbol.has_tag(BLOCK):
+            plan.append(bsym)
+            continue
+        inner = bsym.subsymbols
+        produced = [p for b in inner for p in b.flat_outputs()]
+        outputs = list({p.name: p for p in produced if last_uses.get(p.name, -1) > position}.values())
+        if len(inner) < MIN_BLOCK_OPS or not outputs or any(b.symbol.has_tag(INPLACE) for b in inner):
+            plan.append(list(inner))
+            continue
+        inputs = list(bsym.args)
+        key = structural_key(inputs, inner, outputs)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group(f"block_{len(groups) + 1}", bsym.symbol.printed_name.removeprefix("block_of_"), inputs, inner, outputs)
+        group.calls.append(position)
+        plan.append((group, inputs, outputs, bsym.source))
+
+    symbols, programs = {}, []
+    for group in groups.values():
+        symbols[id(group)], program = _compile_group(group, lower, job_executors)
+        programs.append(program)
+
+    bound_symbols: list[BoundSymbol] = []
+    for item in plan:
+        if isinstance(item, BoundSymbol):
+            bound_symbols.append(item)
+        elif isinstance(item, list):
+            bound_symbols.extend(item)
+        else:
+            group, inputs, outputs, source = item
+            bound_symbols.append(BoundSymbol(symbols[id(group)], tuple(inputs), {}, tuple(outputs), [], source))
+    return trace.with_bound_symbols(bound_symbols, None), programs
+
+
+def without_blocks(trace: Trace) -> Trace:
+    """``trace`` with every recorded block call replaced by its operations."""
+    return trace.with_bound_symbols(inline_blocks(trace.bound_symbols), trace.provenance)
