@@ -57,6 +57,12 @@ def first_call(backend: str, layers: int) -> dict:
     return {"first_call_s": time.perf_counter() - start}
 
 
+def _run(backend: str, layers: int, env: dict) -> dict:
+    from measure import run_isolated
+
+    return run_isolated(__file__, "--backend", backend, "--layers", str(layers), env=env)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=BACKENDS, help="measure one backend in this process (internal)")
@@ -69,20 +75,26 @@ def main() -> None:
         print(json.dumps(first_call(args.backend, depths[0])))
         return
 
-    from measure import run_isolated
-
     results: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as shared:
         warm_env = {"TORCHINDUCTOR_CACHE_DIR": f"{shared}/inductor", "NUMBA_CACHE_DIR": f"{shared}/numba"}
         for layers in depths:
             for backend in BACKENDS:
-                run = lambda env: run_isolated(__file__, "--backend", backend, "--layers", str(layers), env=env)  # noqa: E731
                 row = {}
                 if not args.warm_only:
                     with tempfile.TemporaryDirectory() as empty:
-                        row["cold"] = run({"TORCHINDUCTOR_CACHE_DIR": f"{empty}/inductor", "NUMBA_CACHE_DIR": f"{empty}/numba"})["first_call_s"]
-                run(warm_env)  # fills the shared caches
-                row["warm"] = statistics.median(run(warm_env)["first_call_s"] for _ in range(args.rounds))
+                        row["cold"] = _run(
+                            backend,
+                            layers,
+                            {
+                                "TORCHINDUCTOR_CACHE_DIR": f"{empty}/inductor",
+                                "NUMBA_CACHE_DIR": f"{empty}/numba",
+                            },
+                        )["first_call_s"]
+                _run(backend, layers, warm_env)  # fills the shared caches
+                row["warm"] = statistics.median(
+                    _run(backend, layers, warm_env)["first_call_s"] for _ in range(args.rounds)
+                )
                 results[(backend, layers)] = row
     print(
         f"First call (wrap + forward + backward) of litgpt GPT, width {WIDTH}, batch {BATCH} x {LENGTH} tokens, "

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from models import hf_llama, litgpt_gpt, token_batch
 from torch import nn
 
 import thunder_core
 from thunder_core.jit import pipeline
-from models import hf_llama, litgpt_gpt, token_batch
 
 
 def _lowerings(monkeypatch) -> list:
@@ -56,7 +56,9 @@ def test_a_transformer_compiles_its_layer_once_with_unchanged_results_and_gradie
     assert lowered.count("forward") == 2 and lowered.count("backward") == 2  # one block + the rest, each
     blocks = thunder_core.last_blocks(jmodel)
     assert [(b.calls, bool(b.backward_traces)) for b in blocks] == [(4, True)]
-    forward_source = thunder_core.last_traces(jmodel)[len(jmodel._forward.last_compiled().traces) - 1].python()
+    forward_source = thunder_core.last_traces(jmodel)[
+        len(jmodel._forward.last_compiled().traces) - 1
+    ].python()
     backward_source = thunder_core.last_backward_traces(jmodel)[-1].python()
     assert forward_source.count(f"= _{blocks[0].name}_forward(") == 4
     assert backward_source.count(f"= _{blocks[0].name}_backward(") == 4

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from models import litgpt_gpt, token_batch
 
 import thunder_core
-from models import litgpt_gpt, token_batch
 
 STEPS = 32
 

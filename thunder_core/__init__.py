@@ -97,7 +97,11 @@ def jit(
 
     job = build_job(resolve(executors=executors, plugins=plugins, options=options, disable=disable))
     if isinstance(fn, nn.Module):
-        return ThunderModule(fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks)
+        return ThunderModule(
+            fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks
+        )
     if not callable(fn):
         raise TypeError(f"thunder_core.jit expects a function or an nn.Module, got {type(fn).__qualname__}")
-    return ThunderFunction(fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks)
+    return ThunderFunction(
+        fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks
+    )

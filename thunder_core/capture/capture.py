@@ -11,8 +11,8 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch.utils import _pytree as pytree
 
-from thunder_core.capture.blocks import blocks_recorded
 from thunder_core.capture.autograd_function import autograd_functions_recorded_whole
+from thunder_core.capture.blocks import blocks_recorded
 from thunder_core.capture.mode import CaptureMode
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope

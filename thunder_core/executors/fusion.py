@@ -28,7 +28,9 @@ def _last_uses(bsyms: list[BoundSymbol]) -> dict[str, int]:
     return last
 
 
-def _region(bsyms: list[BoundSymbol], position: int, last_uses: dict[str, int], trace_outputs: set[str]) -> Region:
+def _region(
+    bsyms: list[BoundSymbol], position: int, last_uses: dict[str, int], trace_outputs: set[str]
+) -> Region:
     """The region of ``bsyms`` ending before ``position``: what it reads, what is used after it."""
     produced, inputs, seen = set(), [], set()
     for b in bsyms:
@@ -87,8 +89,12 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
         nonlocal regions
         if not run:
             return
-        if executor.region_weight(run) < minimum:
-            give_back(f"a region of {len(run)} op(s) is below {executor.name}'s min_region_size ({minimum})")
+        weight = executor.region_weight(run)
+        if weight < minimum:
+            give_back(
+                f"a region of {len(run)} op(s) of weight {weight} (shape-only ops weigh nothing) is below "
+                f"{executor.name}'s min_region_size ({minimum})"
+            )
         else:
             region = _region(list(run), position, last_uses, trace_outputs)
             name = f"{executor.name}_fusion_{regions + 1}"

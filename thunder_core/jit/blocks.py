@@ -41,7 +41,15 @@ class BlockProgram:
 def _canonical(value, index: dict[str, int]):
     if isinstance(value, TensorProxy):
         position = index.setdefault(value.name, len(index))
-        return ("T", position, tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad)
+        return (
+            "T",
+            position,
+            tuple(value.shape),
+            value.stride(),
+            value.dtype,
+            value.device,
+            value.requires_grad,
+        )
     if isinstance(value, NumberProxy):
         return ("N", index.setdefault(value.name, len(index)), type(value.value), value.value)
     if isinstance(value, ObjectProxy):
@@ -60,7 +68,14 @@ def structural_key(inputs: list, bsyms: list[BoundSymbol], outputs: list) -> tup
     index: dict[str, int] = {}
     parts = [tuple(_canonical(p, index) for p in inputs)]
     for b in bsyms:
-        parts.append((id(b.symbol), _canonical(b.args, index), _canonical(b.kwargs, index), _canonical(b.output, index)))
+        parts.append(
+            (
+                id(b.symbol),
+                _canonical(b.args, index),
+                _canonical(b.kwargs, index),
+                _canonical(b.output, index),
+            )
+        )
     parts.append(tuple(_canonical(p, index) for p in outputs))
     return tuple(parts)
 
@@ -90,7 +105,9 @@ class _Group:
     def __init__(self, name: str, module_class: str, inputs: list, bsyms: list[BoundSymbol], outputs: list):
         self.name = name
         self.module_class = module_class
-        self.body = Trace(inputs=list(inputs), bound_symbols=list(bsyms), output=tuple(outputs), function_name=name)
+        self.body = Trace(
+            inputs=list(inputs), bound_symbols=list(bsyms), output=tuple(outputs), function_name=name
+        )
         self.calls: list[int] = []
 
 
@@ -183,7 +200,13 @@ def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[Blo
         key = structural_key(inputs, inner, outputs)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = _Group(f"block_{len(groups) + 1}", bsym.symbol.printed_name.removeprefix("block_of_"), inputs, inner, outputs)
+            group = groups[key] = _Group(
+                f"block_{len(groups) + 1}",
+                bsym.symbol.printed_name.removeprefix("block_of_"),
+                inputs,
+                inner,
+                outputs,
+            )
         group.calls.append(position)
         plan.append((group, inputs, outputs, bsym.source))
 
@@ -200,7 +223,9 @@ def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[Blo
             bound_symbols.extend(item)
         else:
             group, inputs, outputs, source = item
-            bound_symbols.append(BoundSymbol(symbols[id(group)], tuple(inputs), {}, tuple(outputs), [], source))
+            bound_symbols.append(
+                BoundSymbol(symbols[id(group)], tuple(inputs), {}, tuple(outputs), [], source)
+            )
     return trace.with_bound_symbols(bound_symbols, None), programs
 
 

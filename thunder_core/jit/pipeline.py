@@ -174,7 +174,9 @@ def _compile_sharing_blocks(captured: Trace, flat: Trace, lifted, job) -> Compil
     return compiled
 
 
-def _compile(captured: Trace, lifted, job, ambient, *, autodiff_fallback: bool = True, first: Trace | None = None):
+def _compile(
+    captured: Trace, lifted, job, ambient, *, autodiff_fallback: bool = True, first: Trace | None = None
+):
     traces = [captured] if first is None else [first, captured]
     if ambient:
         traces.append(autocast_transform(captured, ambient, name="autocast (torch.autocast around the call)"))
