@@ -103,3 +103,62 @@ def test_regions_that_do_not_fit_go_back_to_torch():
 
 def test_litgpt_training_step_matches_eager():
     check_litgpt_training(["numba"])
+
+
+def _claimed_linears(jfn) -> list:
+    return [b for b in _fused(jfn) if any(s.symbol.name == "linear" for s in b.subsymbols)]
+
+
+def test_one_row_linear_runs_as_the_matrix_vector_kernel():
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        for bias in (True, False):
+            layer = torch.nn.Linear(384, 512, bias=bias).to(dtype).eval()
+            jlayer = thunder_core.jit(layer, executors=["numba"])
+            for shape in [(384,), (1, 384), (1, 1, 384)]:
+                x = torch.randn(shape, dtype=dtype)
+                with torch.no_grad():
+                    torch.testing.assert_close(jlayer(x), layer(x))
+                (region,) = _claimed_linears(jlayer)
+                assert region.impl.source.startswith("numba gemv")
+
+
+def test_linear_stays_with_aten_for_several_rows_training_and_small_weights():
+    layer = torch.nn.Linear(384, 512)
+    x = torch.randn(1, 384)
+    cases = [
+        (layer, torch.randn(2, 384), torch.no_grad, "more than one input row"),
+        (layer, x, torch.enable_grad, "inference only"),
+        (torch.nn.Linear(64, 64), torch.randn(1, 64), torch.no_grad, "below"),
+    ]
+    for module, inp, mode, reason in cases:
+        jmodule = thunder_core.jit(module, executors=["numba"])
+        with mode():
+            torch.testing.assert_close(jmodule(inp), module(inp))
+        assert not _claimed_linears(jmodule)
+        assert reason in str(thunder_core.explain(jmodule))
+
+
+def test_litgpt_decoding_with_the_matrix_vector_kernel_matches_eager():
+    import copy
+
+    from thunder_core.testing.models import small_litgpt
+
+    torch.manual_seed(0)
+    model = small_litgpt(2, 256, 512, 64, n_query_groups=2).eval()
+    twin = copy.deepcopy(model)
+    prompt = torch.randint(0, 512, (1, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.set_kv_cache(batch_size=1)
+        twin.set_kv_cache(batch_size=1)
+        jmodel = thunder_core.jit(model, executors=["numba"])
+        input_pos = torch.arange(8)
+        token = prompt
+        for _ in range(8):
+            logits = jmodel(token, input_pos)
+            torch.testing.assert_close(logits, twin(token, input_pos), rtol=1e-4, atol=1e-4)
+            token = logits[:, -1:].argmax(-1)
+            input_pos = input_pos[-1:] + 1
+    assert (
+        len(_claimed_linears(jmodel)) == 2 * 5 + 1
+    )  # qkv, attention proj, fc_1, fc_2, mlp proj per layer; lm_head

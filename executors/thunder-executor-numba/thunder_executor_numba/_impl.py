@@ -26,6 +26,7 @@ from thunder_executor_numba.codegen import (
     flatten_prims,
     generate,
 )
+from thunder_executor_numba.gemv import check_one_row_linear, is_linear, one_row_linear
 
 CACHE_DIR = Path(os.environ.get("THUNDER_NUMBA_CACHE_DIR", Path.home() / ".cache" / "thunder-executor-numba"))
 PARALLEL_THRESHOLD = int(os.environ.get("THUNDER_NUMBA_PARALLEL_THRESHOLD", 32768))
@@ -74,11 +75,14 @@ class NumbaExecutor(FusionExecutor):
                 self.register_supported(name)
             except KeyError:  # an op this torch version lacks
                 continue
+        self.register_supported("linear")  # one-row products only: see gemv.py
 
     def check(self, bsym):
         verdict = super().check(bsym)
         if verdict is not True:
             return verdict
+        if is_linear(bsym):
+            return check_one_row_linear(bsym)
         supported = _tensors_supported(bsym)
         if supported is not True:
             return supported
@@ -90,12 +94,16 @@ class NumbaExecutor(FusionExecutor):
 
     def region_weight(self, region) -> int:
         """Prims that compute something (shape-only prims cost nothing in a fused kernel)."""
+        if any(is_linear(b) for b in region):
+            return 1 << 30  # a one-row linear is worth its kernel on its own
         try:
             return sum(1 for b in flatten_prims(region) if b.symbol.name not in SHAPE_ONLY)
         except RegionNotSupported:
             return 0
 
     def can_join(self, region, bsym) -> bool:
+        if is_linear(bsym) or any(is_linear(b) for b in region):
+            return False  # the matrix-vector kernel runs alone
         try:
             analyze([*region, bsym], [])
         except RegionNotSupported:
@@ -124,6 +132,8 @@ class NumbaExecutor(FusionExecutor):
         return kernel
 
     def compile_region(self, region):
+        if len(region.bound_symbols) == 1 and is_linear(region.bound_symbols[0]):
+            return one_row_linear(region.bound_symbols[0])
         numel = max((p.numel() for b in region.bound_symbols for p in b.flat_outputs()), default=0)
         try:
             kernel_source = generate(
