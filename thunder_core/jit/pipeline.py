@@ -5,6 +5,11 @@ Inference (no gradient needed): capture -> dce -> [after_capture passes] -> assi
 -> split into forward and backward -> [after_autodiff] -> rematerialize -> for each of the
 two: dce -> assign_executors -> [after_executors] -> delete_last_used; the pair runs inside
 one ``torch.autograd.Function``.
+
+A module's repeated blocks (``thunder_core.jit.blocks``): when capture recorded block calls and
+no plugin pass or ambient autocast needs the whole program, each distinct block goes through
+autodiff, rematerialization and lowering once, and the program around the block calls goes
+through the pipeline above with each call as one operation.
 """
 
 from __future__ import annotations
