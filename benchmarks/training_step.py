@@ -188,6 +188,7 @@ def main() -> None:
     for b in backends:
         results[b] = {
             "step_s": statistics.median(r["step_s"] for r in runs[b]),
+            "rounds_s": [r["step_s"] for r in runs[b]],
             "first_call_s": statistics.median(r["first_call_s"] for r in runs[b]),
             "loss": runs[b][0]["loss"],
         }
@@ -225,6 +226,19 @@ def main() -> None:
             f"{name:30s} {r['step_s'] * 1e3:8.1f} {r['step_s'] / eager['step_s']:8.2f}x "
             f"{r['step_s'] / floor['floor_s']:8.2f}x {r['first_call_s']:13.2f} {r['peak_bytes'] / 2**20:8.1f}{cold}"
         )
+    print("step ms per round (the spread):")
+    for name, r in results.items():
+        print(f"  {name:28s} " + "  ".join(f"{t * 1e3:6.1f}" for t in r["rounds_s"]))
+    if "torch.compile" in results:
+        reference = results["torch.compile"]["rounds_s"]
+        for name, r in results.items():
+            if name.startswith("thunder_core"):
+                ratios = [c / t for c, t in zip(reference, r["rounds_s"])]
+                print(
+                    f"torch.compile / {name} per round: "
+                    + ", ".join(f"{x:.3f}" for x in ratios)
+                    + f" (faster in {sum(x > 1 for x in ratios)} of {len(ratios)} rounds)"
+                )
     losses = {name: round(r["loss"], 5) for name, r in results.items()}
     print(f"first-step losses: {losses}")
 
