@@ -176,3 +176,70 @@ def test_two_threads_compiling_at_once_do_not_interfere():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self, factor, features=4):
+        super().__init__()
+        self.factor = factor
+        self.linear = torch.nn.Linear(features, features)
+
+    def forward(self, x):
+        return self.linear(x) * self.factor
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def test_a_replaced_submodule_is_used_and_recompiles_only_when_it_differs():
+    torch.manual_seed(0)
+    model = _Holder(_Scale(2.0))
+    jmodel = thunder_core.jit(model)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(jmodel(x), model(x))
+
+    model.inner = _Scale(2.0)  # equal, with new weights: reused, and the new weights are read
+    torch.testing.assert_close(jmodel(x), model(x))
+    assert thunder_core.cache_info(jmodel).entries == 1
+
+    model.inner = _Scale(3.0)  # a value the forward reads differs: recompiled
+    torch.testing.assert_close(jmodel(x), model(x))
+    assert thunder_core.cache_info(jmodel).entries == 2
+    assert "model.inner" in thunder_core.cache_info(jmodel).reasons[-1]
+
+    class _Other(_Scale):
+        def forward(self, x):
+            return self.linear(x) - self.factor
+
+    model.inner = _Other(3.0)  # another class: recompiled
+    torch.testing.assert_close(jmodel(x), model(x))
+    assert thunder_core.cache_info(jmodel).entries == 3
+
+    model.inner = _Scale(3.0)  # like the second entry again: reused
+    torch.testing.assert_close(jmodel(x), model(x))
+    assert thunder_core.cache_info(jmodel).entries == 3
+
+
+class _WithTable(torch.nn.Module):
+    def __init__(self, table):
+        super().__init__()
+        self.table = table  # a plain tensor attribute: the trace reads it as a lifted input
+
+    def forward(self, x):
+        return x * self.table
+
+
+def test_a_replaced_submodule_holding_another_plain_tensor_recompiles():
+    model = _Holder(_WithTable(torch.full((4,), 2.0)))
+    jmodel = thunder_core.jit(model)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(jmodel(x), model(x))
+    model.inner = _WithTable(torch.full((4,), 5.0))
+    torch.testing.assert_close(jmodel(x), model(x))
+    assert thunder_core.cache_info(jmodel).entries == 2

@@ -48,3 +48,22 @@ def test_greedy_decoding_through_the_kv_cache_matches_eager_and_compiles_twice(c
             block.attn.kv_cache.reset_parameters()
         assert _greedy(jmodel, prompt, STEPS) == expected
     assert thunder_core.cache_info(jmodel).entries == 2
+
+
+def test_new_kv_caches_for_every_prompt_reuse_the_compiled_entries():
+    """``set_kv_cache`` builds new cache modules: equal ones, so nothing recompiles, and the
+    compiled program writes into the new caches (not the ones it was compiled with)."""
+    torch.manual_seed(0)
+    model = litgpt_gpt(n_layer=2, n_embd=64, vocab=256, block_size=64).eval()
+    jmodel = thunder_core.jit(model)
+    with torch.no_grad():
+        for seed in range(5):  # more prompts than recompile_limit / 2
+            prompt = token_batch(1, 8, seed=seed)
+            model.set_kv_cache(batch_size=1)
+            expected = _greedy(model, prompt, 12)
+            model.set_kv_cache(batch_size=1)
+            caches = [block.attn.kv_cache for block in model.transformer.h]
+            assert _greedy(jmodel, prompt, 12) == expected
+            assert all(bool(cache.k.any()) for cache in caches)  # written by the compiled program
+    info = thunder_core.cache_info(jmodel)
+    assert info.entries == 2, info.reasons

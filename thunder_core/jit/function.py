@@ -15,7 +15,7 @@ from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
-from thunder_core.jit.guards import GuardBuilder, TooMuchState
+from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.pipeline import Compiled, compile_function
 
 Tensor = torch.Tensor
@@ -101,6 +101,7 @@ class ThunderFunction:
         self._names = _positional_names(fn if signature_of is None else signature_of)
         self._hits = 0
         self._misses = 0
+        self._rebinds = 0  # misses served by an entry re-validated for replaced submodules
         self._last: Compiled | None = None
         self._warned = False
         self._eager_reason: str | None = None  # set when the program cannot be guarded cheaply
@@ -192,8 +193,12 @@ class ThunderFunction:
             return self._fn(*args, **kwargs)
         if self._eager_reason is not None:
             return self._fn(*args, **kwargs)
-        if self._state is not None and self._state.refresh():
-            key, leaves = self._key([key[0]], args, kwargs)  # parameters or buffers were added or removed
+        if self._state is not None:
+            if self._state.refresh():  # parameters, buffers or submodules were added, removed or replaced
+                key, leaves = self._key([key[0]], args, kwargs)
+            rebound = self._rebind(key)
+            if rebound is not None:
+                return self._use(key, rebound, leaves)
         try:
             compiled = self._compile(args, kwargs)
         except TooMuchState as error:
@@ -211,6 +216,39 @@ class ThunderFunction:
         self._descriptions.append(description)
         return self._use(key, compiled, leaves)
 
+    def _rebind(self, key) -> Compiled | None:
+        """An entry for ``key`` that holds for the module tree as it is now, its guard re-made.
+
+        Replacing submodules by equal ones (``set_kv_cache`` builds new cache modules) fails
+        only the identity checks of those submodules; the entry is reused when a fresh walk of
+        the tree pins down everything else the same (``guards.rebind``).
+        """
+        variants = []
+        for compiled in self._variants.get(key, ()):
+            if compiled.captured_guard is None:
+                continue
+            failures = compiled.guard.failures()
+            tokens, tree = compiled.guard_tokens, compiled.guard_tree_checks
+            if failures and all(i < tree and tokens[i][0] == "module" for i, _ in failures):
+                variants.append((compiled, failures))
+        if not variants:
+            return None
+        builder = GuardBuilder()
+        builder.root_state_modules = self._state.module_ids()
+        builder.ambient_state()
+        try:
+            builder.contents(self._guard_root, _root_name(self._guard_root))
+        except TooMuchState:
+            return None
+        builder.mark_tree_walked()
+        for compiled, failures in reversed(variants):
+            if rebind(compiled.guard_tokens, compiled.guard_tree_checks, failures, builder):
+                compiled.guard = CompositeGuard(builder.build(), compiled.captured_guard)
+                compiled.guard_tokens = builder.tokens
+                self._rebinds += 1
+                return compiled
+        return None
+
     def _compile(self, args, kwargs) -> Compiled:
         with _garbage_collection_paused():
             return self._compile_now(args, kwargs)
@@ -223,6 +261,7 @@ class ThunderFunction:
                 builder.root_state_modules = self._state.module_ids()
             builder.ambient_state()
             builder.contents(self._guard_root, _root_name(self._guard_root))
+            builder.mark_tree_walked()
         compiled = compile_function(
             self._fn,
             args,
@@ -236,6 +275,9 @@ class ThunderFunction:
         )
         if builder is not None:
             compiled.guard = builder.build()
+            compiled.guard_tokens = builder.tokens
+            compiled.guard_tree_checks = builder.tree_checks
+            compiled.captured_guard = builder.build_captured_part()
             check_side_effects(compiled, builder.namespaces)
         return compiled
 

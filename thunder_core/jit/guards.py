@@ -167,6 +167,10 @@ class GuardBuilder:
         self.namespaces: list[tuple[dict, str]] = []  # attribute dicts and globals walked, for leak checks
         self.large_arrays: dict[int, tuple[str, int]] = {}  # NumPy arrays too large to compare per call
         self.arrays_read: set[int] = set()  # ids of NumPy arrays the capture turned into tensors
+        # Per check, what it pins down, comparable across two walks of the same structure: a
+        # submodule by its class (``rebind``), any other object by identity, values by value.
+        self.tokens: list[tuple] = []
+        self.tree_checks = 0  # how many checks come from the walk of the roots (``mark_tree_walked``)
 
     # Emitting checks.
     def bind(self, obj, prefix: str = "o") -> str:
@@ -178,7 +182,7 @@ class GuardBuilder:
             self._keepalive.append(obj)
         return name
 
-    def _emit(self, value_expr: str, condition: str, what: str, expected) -> None:
+    def _emit(self, value_expr: str, condition: str, what: str, expected, token: tuple | None = None) -> None:
         if len(self._descriptions) >= MAX_CHECKS:
             raise TooMuchState(
                 f"the program reaches more than {MAX_CHECKS} Python values (last: {what}); guarding them all "
@@ -189,6 +193,7 @@ class GuardBuilder:
         self._emitted.add((value_expr, condition))
         self._descriptions.append((what, expected))
         self._checks.append((value_expr, condition))
+        self.tokens.append(token if token is not None else ("value", what, type(expected), expected))
 
     def equal(self, expr: str, value, what: str) -> None:
         if value is None or type(value) is bool:
@@ -205,7 +210,8 @@ class GuardBuilder:
         if value is MISSING:
             self._emit(expr, "v is MISSING", what, MISSING)
             return
-        self._emit(expr, f"v is {self.bind(value)}", what, _describe_object(value))
+        kind = ("module", what, type(value)) if isinstance(value, nn.Module) else ("is", what, id(value))
+        self._emit(expr, f"v is {self.bind(value)}", what, _describe_object(value), kind)
 
     def condition(self, expr: str, condition: str, what: str, expected) -> None:
         self._emit(expr, condition, what, expected)
@@ -270,7 +276,10 @@ class GuardBuilder:
             return
         snapshot = self.bind(array.copy(), "k")
         self._namespace["_array_equal"] = _array_equal
-        self.condition(f"_array_equal({name}, {snapshot})", "v", f"values of {what}", "unchanged")
+        self._emit(
+            f"_array_equal({name}, {snapshot})", "v", f"values of {what}", "unchanged",
+            ("array", what, array.dtype.str, array.shape, array.tobytes()),
+        )  # fmt: skip
 
     def _dict_items(self, name: str, d: dict, what: str, depth: int, attributes: bool = False) -> None:
         keys = tuple(d)
@@ -435,8 +444,77 @@ class GuardBuilder:
                 raise TooMuchState(f"{what} is a NumPy array of {size} elements the program reads; it could "
                                    "change in place between calls")  # fmt: skip
 
+    def mark_tree_walked(self) -> None:
+        """The checks so far come from walking the roots; later ones from what capture read."""
+        self.tree_checks = len(self._checks)
+
     def build(self) -> Guard:
         return Guard(list(self._checks), self._namespace, list(self._descriptions))
+
+    def build_captured_part(self) -> Guard:
+        """A guard of only the checks added after the walk of the roots (globals read, lifted tensors)."""
+        n = self.tree_checks
+        return Guard(self._checks[n:], dict(self._namespace), self._descriptions[n:])
+
+
+class CompositeGuard:
+    """Two guards checked in turn, numbered as one: a re-walked tree and the captured part."""
+
+    def __init__(self, first: Guard, second: Guard):
+        self.first, self.second = first, second
+        self._offset = len(first)
+
+    def check(self):
+        failure = self.first.check()
+        if failure is not None:
+            return failure
+        failure = self.second.check()
+        return None if failure is None else (failure[0] + self._offset, failure[1])
+
+    def __len__(self) -> int:
+        return self._offset + len(self.second)
+
+    def failures(self) -> list[tuple[int, Any]]:
+        return self.first.failures() + [(i + self._offset, v) for i, v in self.second.failures()]
+
+    def describe(self, failure: tuple[int, Any]) -> str:
+        index, current = failure
+        if index < self._offset:
+            return self.first.describe(failure)
+        return self.second.describe((index - self._offset, current))
+
+
+def rebind(old_tokens: list, old_tree: int, old_failures: list, new_builder: GuardBuilder) -> bool:
+    """Whether a compiled entry stays valid for a module tree in which submodules were replaced.
+
+    True when every failing check of the entry's guard is the identity of a submodule found by
+    walking the roots (``old_failures`` indexes ``old_tokens``' tree part), and a fresh walk of
+    the roots (``new_builder``) pins down the same things: the same paths, values, array
+    contents and object identities, and submodules of the same classes at the same places.
+    The entry's parameters and buffers are inputs read on every call, so its trace holds for
+    the new submodules exactly when everything else it was specialized on is unchanged.
+    """
+    if not old_failures or any(
+        index >= old_tree or old_tokens[index][0] != "module" for index, _ in old_failures
+    ):
+        return False
+    if new_builder.tree_checks != old_tree:
+        return False
+    for old, new in zip(old_tokens[:old_tree], new_builder.tokens[:old_tree]):
+        if old[0] != new[0] or old[1:3] != new[1:3]:
+            return False
+        if old[0] == "value" and not _same_expected(old[3], new[3]):
+            return False
+        if old[0] == "array" and old[2:] != new[2:]:
+            return False
+    return True
+
+
+def _same_expected(a, b) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # a value whose == is not a plain truth value: not provably the same
+        return False
 
 
 def _array_equal(a, b) -> bool:
