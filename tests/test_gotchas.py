@@ -393,6 +393,28 @@ def test_python_random_in_the_function_is_a_clear_error():
         thunder_core.jit(stochastic_depth)(torch.ones(2))
 
 
+def test_draws_from_generator_objects_are_clear_errors_and_seeding_is_not():
+    import random
+
+    import numpy as np
+
+    rng, np_rng = random.Random(0), np.random.default_rng(0)
+    cases = [
+        (lambda x: x * rng.gauss(0, 1), r"random module \(random\)"),  # gauss is Python calling random()
+        (lambda x: x * float(np_rng.normal()), r"NumPy's random generator np_rng"),
+        (lambda x: x * float(np.random.rand()), r"NumPy's global random generator"),
+    ]
+    for fn, message in cases:
+        with pytest.raises(CaptureError, match=message):
+            thunder_core.jit(fn)(torch.ones(2))
+
+    def seeded(x):
+        rng.seed(1)  # seeding draws nothing
+        return x + 1
+
+    assert_same(thunder_core.jit(seeded)(torch.ones(2)), torch.full((2,), 2.0))
+
+
 def test_jit_inside_jit_is_inlined(executors):
     inner = thunder_core.jit(lambda x: x.sin() * 2, executors=executors)
     x = torch.randn(3)

@@ -209,6 +209,8 @@ def capture(
     if guard_builder is not None:
         guard_builder.arrays_read |= lifter.arrays_read
         guard_builder.check_arrays_read()
+    if guard_builder is not None and reads.random_draw is None:
+        reads.random_draw = guard_builder.random_draw()
     if guard_builder is not None and reads.random_draw is not None:
         raise CaptureError(
             f"thunder_core.jit: {reads.random_draw} while being captured; the number drawn would be frozen "

@@ -65,17 +65,63 @@ def global_chains(code: CodeType) -> tuple[tuple[str, ...], ...]:
 _NOT_DRAWS = frozenset({"seed", "getstate", "setstate", "get_state", "set_state", "__init__", "__new__"})
 
 
+def generator_state(generator):
+    """A snapshot of a NumPy ``Generator`` or ``RandomState``, or None for anything else."""
+    bit_generator = getattr(generator, "bit_generator", None)
+    if bit_generator is not None:
+        return bit_generator.state
+    get_state = getattr(generator, "get_state", None)
+    return get_state(legacy=False) if callable(get_state) else None
+
+
+def same_generator_state(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_generator_state(a[k], b[k]) for k in a)
+    if type(a).__name__ == "ndarray" or type(b).__name__ == "ndarray":
+        import numpy
+
+        return bool(numpy.array_equal(a, b))
+    return a == b
+
+
+def _numpy_global_state():
+    """NumPy's global generator state (``numpy.random.rand`` and friends), if NumPy is loaded.
+
+    Its methods are compiled by Cython, which the profile hook does not see being called."""
+    numpy_random = sys.modules.get("numpy.random")
+    generator = getattr(getattr(numpy_random, "mtrand", None), "_rand", None)
+    return generator_state(generator) if generator is not None else None
+
+
+_GENERATOR_KINDS: dict[type, str | None] = {}  # type of a bound method's owner -> generator kind
+
+
+def _generator_kind(owner_type: type) -> str | None:
+    kind = _GENERATOR_KINDS.get(owner_type, False)
+    if kind is False:
+        if issubclass(owner_type, random.Random):
+            kind = "Python's random module"
+        elif owner_type.__module__.startswith("numpy.random"):
+            kind = "NumPy's random generator"
+        else:
+            kind = None
+        _GENERATOR_KINDS[owner_type] = kind
+    return kind
+
+
 def _python_random_generator(fn) -> str | None:
-    """The name of a Python-level random number generator ``fn`` draws from, or None."""
-    if getattr(fn, "__name__", "") in _NOT_DRAWS:
-        return None
+    """The name of a Python-level random number generator ``fn`` draws from, or None.
+
+    Called for every C function the capture calls: the owner's type decides, cached per type.
+    """
     owner = getattr(fn, "__self__", None)
-    if isinstance(owner, random.Random):
-        return f"Python's random module ({getattr(fn, '__name__', 'random')})"
-    module = type(owner).__module__ if owner is not None else ""
-    if module.startswith("numpy.random"):
-        return f"NumPy's random generator ({getattr(fn, '__name__', 'random')})"
-    return None
+    if owner is None:
+        return None
+    kind = _generator_kind(type(owner))
+    if kind is None:
+        return None
+    name = getattr(fn, "__name__", "random")
+    return None if name in _NOT_DRAWS else f"{kind} ({name})"
 
 
 def _importing(frame) -> bool:
@@ -128,6 +174,7 @@ class ExecutedUserCode:
             self._previous(frame, event, arg)
 
     def __enter__(self) -> ExecutedUserCode:
+        self._numpy_global = _numpy_global_state()
         previous = sys.getprofile()
         if previous is not None and not callable(previous) and hasattr(previous, "enable"):
             # A C-level profiler (cProfile): sys.getprofile() gives its object, which cannot be
@@ -140,6 +187,13 @@ class ExecutedUserCode:
 
     def __exit__(self, *exc) -> None:
         sys.setprofile(self._previous)
+        before = self._numpy_global  # None when NumPy was not loaded yet: importing it draws nothing
+        if (
+            self.random_draw is None
+            and before is not None
+            and not same_generator_state(before, _numpy_global_state())
+        ):
+            self.random_draw = "the function draws from NumPy's global random generator (numpy.random.*)"
         if self._paused is not None:
             self._paused.enable()
             self._paused = None

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from thunder_core.capture.reads import generator_state, same_generator_state
 from thunder_core.errors import CaptureError
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "(absent)"})()
@@ -170,6 +171,7 @@ class GuardBuilder:
         # Per check, what it pins down, comparable across two walks of the same structure: a
         # submodule by its class (``rebind``), any other object by identity, values by value.
         self.tokens: list[tuple] = []
+        self.random_generators: list = []  # (NumPy generator, its state when found, where)
         self.tree_checks = 0  # how many checks come from the walk of the roots (``mark_tree_walked``)
 
     # Emitting checks.
@@ -263,6 +265,10 @@ class GuardBuilder:
             self._numpy_array(obj, name, what)
         elif isinstance(obj, (type, types.ModuleType, types.BuiltinFunctionType, torch.Generator)):
             pass  # the object itself is what matters; its identity is checked where it is found
+        elif type(obj).__module__.startswith("numpy.random"):
+            state = generator_state(obj)  # a draw from it while capturing would be frozen into the trace
+            if state is not None:
+                self.random_generators.append((obj, state, what))
         elif type(obj).__module__.split(".")[0] in _OPAQUE_MODULES:
             pass
         else:
@@ -435,6 +441,13 @@ class GuardBuilder:
             where = self.tensor_paths.get(id(t), "a tensor the function uses")
             self.equal(f"({name}.shape, {name}.dtype, {name}.device, {name}.requires_grad)", metadata,
                        f"shape, dtype, device, requires_grad of {where}")  # fmt: skip
+
+    def random_draw(self) -> str | None:
+        """Where a NumPy generator reachable from the program was drawn from since it was found."""
+        for generator, state, what in self.random_generators:
+            if not same_generator_state(state, generator_state(generator)):
+                return f"the function draws from NumPy's random generator {what}"
+        return None
 
     def check_arrays_read(self) -> None:
         """A large NumPy array whose data went into the trace cannot be guarded: refuse to compile."""
