@@ -62,6 +62,8 @@ def test_a_transformer_compiles_its_layer_once_with_unchanged_results_and_gradie
     backward_source = thunder_core.last_backward_traces(jmodel)[-1].python()
     assert forward_source.count(f"= _{blocks[0].name}_forward(") == 4
     assert backward_source.count(f"= _{blocks[0].name}_backward(") == 4
+    explanation = str(thunder_core.explain(jmodel))
+    assert explanation.count(f"a call of {blocks[0].name} ") == 8  # 4 forward, 4 backward
 
     _, unshared_loss, unshared_grads = _train_step(unshared, idx, reuse_blocks=False)
     eager_loss, eager_grads = _eager_step(reference, idx)

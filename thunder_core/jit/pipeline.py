@@ -175,6 +175,14 @@ def _compile_sharing_blocks(captured: Trace, flat: Trace, lifted, job) -> Compil
     compiled.blocks = blocks
     forward = [t for t in compiled.traces if t.decisions][-1:]
     backward = [t for t in compiled.backward_traces if t.decisions][-1:]
+    calls = {}
+    for block in blocks:
+        note = f"a call of {block.name} ({block.module_class}; compiled once for its {block.calls} calls, its operations are listed below)"
+        calls.update({name: note for name in (block.name, f"{block.name}_forward", f"{block.name}_backward")})
+    for final in (*forward, *backward):
+        for decision in final.decisions:
+            if decision.bsym.symbol.name in calls:
+                decision.declined, decision.note = {}, calls[decision.bsym.symbol.name]
     for block in blocks:
         for final, traces in ((forward, block.traces), (backward, block.backward_traces)):
             decided = [t for t in traces if t.decisions][-1:]
