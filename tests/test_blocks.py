@@ -232,3 +232,24 @@ def test_ambient_autocast_compiles_the_flat_program():
     assert out.dtype == expected.dtype == torch.bfloat16
     torch.testing.assert_close(out, expected)
     assert thunder_core.last_blocks(jmodel) == []
+
+
+class _SignedZero(nn.Module):
+    def __init__(self, zero: float):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.zero = zero
+
+    def forward(self, x):
+        return 1 / (torch.relu(self.fc(x)) * 0 + self.zero) + torch.tanh(x) * 2 - x
+
+
+def test_constants_that_are_equal_but_not_the_same_make_distinct_blocks():
+    model = nn.Sequential(_SignedZero(0.0), _SignedZero(-0.0), _SignedZero(0.0))
+    jmodel = thunder_core.jit(model)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        out, expected = jmodel(x), model(x)
+    assert torch.equal(torch.isnan(out), torch.isnan(expected))
+    torch.testing.assert_close(out, expected, equal_nan=True)
+    assert sorted(b.calls for b in thunder_core.last_blocks(jmodel)) == [1, 2]  # -0.0 is not 0.0

@@ -42,6 +42,19 @@ def _last(jfn):
     return compiled
 
 
+def _last_of_each(jfn) -> list:
+    """The most recent compiled entry of ``jfn``, or of each thunder_core part of a
+    ``torch.compile(..., backend="thunder_core")`` object that has run."""
+    report = compile_report(jfn)
+    if report is None:
+        return [_last(jfn)]
+    return [
+        part._forward.last_compiled()
+        for _, _, part in report.thunder_parts()
+        if part._forward.last_compiled()
+    ]
+
+
 def last_traces(jfn) -> list[Trace]:
     """The traces of the most recent call, from capture to the one executed.
 
@@ -50,29 +63,13 @@ def last_traces(jfn) -> list[Trace]:
     followed by the backward traces (ending with the executed ``backward``); see also
     ``last_backward_traces``.
     """
-    report = compile_report(jfn)
-    if report is not None:
-        return [
-            t
-            for _, _, part in report.thunder_parts()
-            if part._forward.last_compiled()
-            for t in last_traces(part)
-        ]
-    compiled = _last(jfn)
-    return [*compiled.traces, *compiled.backward_traces]
+    compiled = _last_of_each(jfn)
+    return [t for c in compiled for t in (*c.traces, *c.backward_traces)]
 
 
 def last_backward_traces(jfn) -> list[Trace]:
     """The backward traces of the most recent call ([] when it needed no gradients)."""
-    report = compile_report(jfn)
-    if report is not None:
-        return [
-            t
-            for _, _, part in report.thunder_parts()
-            if part._forward.last_compiled()
-            for t in last_backward_traces(part)
-        ]
-    return list(_last(jfn).backward_traces)
+    return [t for c in _last_of_each(jfn) for t in c.backward_traces]
 
 
 def last_blocks(jfn) -> list[BlockProgram]:
@@ -83,7 +80,7 @@ def last_blocks(jfn) -> list[BlockProgram]:
     ``calls`` of it the program makes, and its own ``traces`` and ``backward_traces``.
     Empty when nothing repeated, or with ``jit(..., reuse_blocks=False)``.
     """
-    return list(_last(jfn).blocks)
+    return [b for c in _last_of_each(jfn) for b in c.blocks]
 
 
 def cache_info(jfn) -> CacheInfo:

@@ -25,7 +25,7 @@ from thunder_core.autodiff.registry import NoRule, vjp_rule
 from thunder_core.capture.recorder import Namer, Recorder
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, pop_recorder, push_recorder
+from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, free_inputs, pop_recorder, push_recorder
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 from thunder_core.transforms.replay import all_names
@@ -164,17 +164,12 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
     from thunder_core.transforms.dce import dce
 
     needed = dce(Trace(inputs=grad_inputs, bound_symbols=backward_recorder.bound_symbols, output=input_grads))
-    produced = {g.name for g in grad_inputs}
-    saved, seen = [], set()
-    for b in needed.bound_symbols:
-        for p in b.flat_args():
-            if p.name not in produced and p.name not in seen:
-                seen.add(p.name)
-                saved.append(p)
-        produced.update(p.name for p in b.flat_outputs())
-    for p in input_grads:
-        if p is not None and p.name not in produced and p.name not in seen:
-            seen.add(p.name)
+    saved = free_inputs(needed.bound_symbols, produced={g.name for g in grad_inputs})
+    produced = {g.name for g in grad_inputs} | {
+        p.name for b in needed.bound_symbols for p in b.flat_outputs()
+    }
+    for p in input_grads:  # a forward value returned as a gradient as it is
+        if p is not None and p.name not in produced and p.name not in {s.name for s in saved}:
             saved.append(p)
 
     forward = Trace(

@@ -18,7 +18,14 @@ from torch import nn
 from thunder_core.capture.recorder import Recorder
 from thunder_core.capture.source import user_location
 from thunder_core.ir.proxies import PROXY_TYPES
-from thunder_core.ir.symbols import BoundSymbol, Symbol, active_recorder, pop_recorder, push_recorder
+from thunder_core.ir.symbols import (
+    BoundSymbol,
+    Symbol,
+    active_recorder,
+    free_inputs,
+    pop_recorder,
+    push_recorder,
+)
 from thunder_core.ir.tree import leaves
 
 BLOCK = "block"  # the tag of a recorded block call (its subsymbols are the block's operations)
@@ -65,13 +72,8 @@ def _recorded(module: nn.Module, forward, symbol: Symbol):
             out = forward(*args, **kwargs)
         finally:
             pop_recorder()
-        produced, inputs, seen = set(), [], set()
-        for b in inner.bound_symbols:
-            for p in b.flat_args():
-                if p.name not in produced and p.name not in seen:
-                    seen.add(p.name)
-                    inputs.append(p)
-            produced.update(p.name for p in b.flat_outputs())
+        inputs = free_inputs(inner.bound_symbols)
+        produced = {p.name for b in inner.bound_symbols for p in b.flat_outputs()}
         returned = tuple(x for x in leaves(out) if isinstance(x, PROXY_TYPES) and x.name in produced)
         bsym = BoundSymbol(symbol, tuple(inputs), {}, returned, inner.bound_symbols, user_location())
         outer.bound_symbols.append(bsym)

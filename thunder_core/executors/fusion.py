@@ -7,7 +7,7 @@ from collections.abc import Callable
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES
-from thunder_core.ir.symbols import BoundSymbol, Symbol
+from thunder_core.ir.symbols import BoundSymbol, Symbol, free_inputs
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 
@@ -32,13 +32,7 @@ def _region(
     bsyms: list[BoundSymbol], position: int, last_uses: dict[str, int], trace_outputs: set[str]
 ) -> Region:
     """The region of ``bsyms`` ending before ``position``: what it reads, what is used after it."""
-    produced, inputs, seen = set(), [], set()
-    for b in bsyms:
-        for p in b.flat_args():
-            if p.name not in produced and p.name not in seen:
-                seen.add(p.name)
-                inputs.append(p)
-        produced.update(p.name for p in b.flat_outputs())
+    inputs = free_inputs(bsyms)
     outputs, out_seen = [], set()
     for b in bsyms:
         for p in b.flat_outputs():

@@ -152,5 +152,18 @@ class BoundSymbol:
         return f"<BoundSymbol {self.symbol.printed_name} -> {[p.name for p in self.flat_outputs()]}>"
 
 
+def free_inputs(bound_symbols, produced=()) -> list:
+    """The proxies ``bound_symbols`` read that none of them produced before (nor ``produced``
+    names), each once, in the order they are first read: the inputs of that run of operations."""
+    produced, inputs, seen = set(produced), [], set()
+    for b in bound_symbols:
+        for p in b.flat_args():
+            if p.name not in produced and p.name not in seen:
+                seen.add(p.name)
+                inputs.append(p)
+        produced.update(p.name for p in b.flat_outputs())
+    return inputs
+
+
 #: The ``del`` statement of generated code (run by the python executor).
 delete_symbol = _delete_symbol()

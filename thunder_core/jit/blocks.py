@@ -12,6 +12,7 @@ program keeps one call per layer.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 import torch
@@ -38,6 +39,11 @@ class BlockProgram:
     backward_traces: list[Trace] = field(default_factory=list)
 
 
+# Argument values compared by value; the trace holds every other object alive, so ids are unique.
+_BY_VALUE = (bool, int, float, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device,
+             torch.memory_format, torch.layout, enum.Enum)  # fmt: skip
+
+
 def _canonical(value, index: dict[str, int]):
     if isinstance(value, TensorProxy):
         position = index.setdefault(value.name, len(index))
@@ -51,16 +57,18 @@ def _canonical(value, index: dict[str, int]):
             value.requires_grad,
         )
     if isinstance(value, NumberProxy):
-        return ("N", index.setdefault(value.name, len(index)), type(value.value), value.value)
+        return ("N", index.setdefault(value.name, len(index)), type(value.value), repr(value.value))
     if isinstance(value, ObjectProxy):
         return ("O", index.setdefault(value.name, len(index)))
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_canonical(v, index) for v in value))
     if isinstance(value, dict):
         return ("dict", tuple((k, _canonical(v, index)) for k, v in value.items()))
-    if isinstance(value, (bool, int, float, complex, str, type(None))):
-        return (type(value), value)
-    return (type(value), repr(value))  # dtypes, devices, slices; anything else by its repr (ids differ)
+    if isinstance(value, slice):
+        return ("slice", _canonical((value.start, value.stop, value.step), index))
+    if isinstance(value, _BY_VALUE):  # repr tells -0.0 from 0.0 and keeps NaN equal to NaN
+        return (type(value), repr(value))
+    return (type(value), id(value))  # anything else (a function, an object) by identity
 
 
 def structural_key(inputs: list, bsyms: list[BoundSymbol], outputs: list) -> tuple:

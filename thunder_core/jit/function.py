@@ -186,6 +186,15 @@ class ThunderFunction:
         for compiled in reversed(self._variants.get(key, ())):
             if compiled.guard is None or compiled.guard.check() is None:
                 return self._use(key, compiled, leaves)
+        if self._state is not None:
+            if self._state.refresh():  # parameters, buffers or submodules were added, removed or replaced
+                key, leaves = self._key([key[0]], args, kwargs)
+                for compiled in reversed(self._variants.get(key, ())):
+                    if compiled.guard is None or compiled.guard.check() is None:
+                        return self._use(key, compiled, leaves)
+            rebound = self._rebind(key)
+            if rebound is not None:
+                return self._use(key, rebound, leaves)
         description = self._describe(args, kwargs)
         reason = self._why_recompile(key, description)
         if len(self._entries) >= self._recompile_limit:
@@ -193,12 +202,6 @@ class ThunderFunction:
             return self._fn(*args, **kwargs)
         if self._eager_reason is not None:
             return self._fn(*args, **kwargs)
-        if self._state is not None:
-            if self._state.refresh():  # parameters, buffers or submodules were added, removed or replaced
-                key, leaves = self._key([key[0]], args, kwargs)
-            rebound = self._rebind(key)
-            if rebound is not None:
-                return self._use(key, rebound, leaves)
         try:
             compiled = self._compile(args, kwargs)
         except TooMuchState as error:

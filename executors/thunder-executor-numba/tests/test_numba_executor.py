@@ -123,6 +123,19 @@ def test_one_row_linear_runs_as_the_matrix_vector_kernel():
                 assert region.impl.source.startswith("numba gemv")
 
 
+def test_the_matrix_vector_kernel_propagates_nan_and_infinity_like_eager():
+    layer = torch.nn.Linear(384, 512).eval()
+    with torch.no_grad():
+        layer.weight[3, 7] = float("nan")
+        layer.weight[5, 0] = float("inf")
+    jlayer = thunder_core.jit(layer, executors=["numba"])
+    x = torch.randn(1, 384)
+    with torch.no_grad():
+        out, expected = jlayer(x), layer(x)
+    assert _claimed_linears(jlayer)
+    torch.testing.assert_close(out, expected, equal_nan=True)
+
+
 def test_linear_stays_with_aten_for_several_rows_training_and_small_weights():
     layer = torch.nn.Linear(384, 512)
     x = torch.randn(1, 384)
