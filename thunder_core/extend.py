@@ -44,10 +44,20 @@ from thunder_core.executors.base import (
     Rejection,
     flatten_to_prims,
 )
-from thunder_core.ir.proxies import NumberProxy, TensorProxy
-from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM, WHOLE, BoundSymbol, Symbol, active_recorder
+from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
+from thunder_core.ir.symbols import (
+    INPLACE,
+    OPAQUE,
+    RANDOM,
+    RECOMPUTE,
+    WHOLE,
+    BoundSymbol,
+    Symbol,
+    active_recorder,
+)
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves, tree_map
+from thunder_core.jit.extension import ModuleExtension
 from thunder_core.ops import prims as _prims
 from thunder_core.ops.registry import TORCH_SYMBOLS as _TORCH_SYMBOLS
 from thunder_core.ops.registry import lookup as _lookup
@@ -65,8 +75,10 @@ __all__ = [
     "API_VERSION",
     "AUTOCAST_DEVICE_TYPES",
     "INPLACE",
+    "ModuleExtension",
     "OPAQUE",
     "RANDOM",
+    "RECOMPUTE",
     "STAGES",
     "Availability",
     "BoundSymbol",
@@ -75,6 +87,7 @@ __all__ = [
     "FusionExecutor",
     "NoRule",
     "NumberProxy",
+    "ObjectProxy",
     "OperatorExecutor",
     "Region",
     "RegionNotSupported",
@@ -92,6 +105,7 @@ __all__ = [
     "get_symbol",
     "leaves",
     "library",
+    "new_object_proxy",
     "new_tensor_proxy",
     "prim_symbols",
     "register_vjp",
@@ -173,6 +187,17 @@ def new_tensor_proxy(shape, dtype, device, requires_grad: bool = False, strides=
             "new_tensor_proxy is only valid while a trace is being recorded (inside a meta function)"
         )
     return recorder.new_proxy(shape, dtype, device, requires_grad, strides)
+
+
+def new_object_proxy() -> ObjectProxy:
+    """A fresh proxy for a non-tensor value (a pending collective's handle) in the trace being
+    recorded, for the ``meta`` of a symbol that returns one."""
+    recorder = active_recorder()
+    if recorder is None:
+        raise RuntimeError(
+            "new_object_proxy is only valid while a trace is being recorded (inside a meta function)"
+        )
+    return ObjectProxy(recorder.namer("h"))
 
 
 def autograd_fallback(symbol: Symbol):

@@ -196,9 +196,9 @@ def capture(
         else nullcontext()
     )
     with (
-        binder,
         _compiling(),
         record_scope(recorder),
+        binder,  # inside the recorder: what a plugin records while binding is part of the trace
         autograd_functions_recorded_whole(),
         CaptureMode(lifter),
         reads,

@@ -217,6 +217,13 @@ class ThunderCompiler:
                 disable=options.get("disable"),
             )
         )
+        if self.job.module_transforms:
+            names = sorted({name.split(".")[0] for _, _, name in self.job.module_transforms})
+            raise ConfigError(
+                f"backend 'thunder_core': the plugin(s) {names} change the module itself (its parameters), "
+                "which Dynamo hands over as separate graphs; use thunder_core.jit(model, plugins=...) instead, "
+                "or PyTorch's own wrappers around the model (DistributedDataParallel, fully_shard) with this backend"
+            )
 
     def __call__(self, gm: fx.GraphModule, example_inputs, **kwargs):
         owner = _owner_of_compile()

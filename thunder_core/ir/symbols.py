@@ -17,6 +17,7 @@ OPAQUE = "opaque"  # a torch call with no thunder_core symbol, run as-is by the 
 PYTHON = "python"  # bookkeeping run by the python executor (unpacking, deleting)
 AUTOGRAD_FALLBACK = "autograd_fallback"  # differentiated by PyTorch autograd at run time
 WHOLE = "whole"  # a fused kernel: claimed whole or run whole by torch, never split for partial claims
+RECOMPUTE = "recompute"  # recomputed in the backward from its inputs rather than saved (a gather of a shard)
 
 
 class _Recorders(threading.local):

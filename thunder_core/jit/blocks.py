@@ -140,10 +140,17 @@ def _compile_group(group: _Group, lower, job_executors) -> tuple[Symbol, BlockPr
     run_backward = backward_traces[-1].python_callable()
     outputs_like, saved_like = forward.output
     differentiable = split.output_differentiable
+    # A saved value that is one of the block's own inputs (a weight) is handed to the backward
+    # by the caller, not returned by the block: the program around the block sees where it comes
+    # from (rematerialization may recompute it, e.g. gather a sharded weight again).
+    input_position = {p.name: i for i, p in enumerate(forward.inputs)}
+    saved_source = [input_position.get(getattr(p, "name", None)) for p in saved_like]
+    returned = [j for j, source in enumerate(saved_source) if source is None]
+    saved_returned_like = [saved_like[j] for j in returned]
 
     def forward_and_saved(*args):
         outputs, saved = run_forward(*args)
-        return (*outputs, *saved)
+        return (*outputs, *(saved[j] for j in returned))
 
     def outputs_only(*args):
         return tuple(run_forward(*args)[0])
@@ -152,7 +159,7 @@ def _compile_group(group: _Group, lower, job_executors) -> tuple[Symbol, BlockPr
         name=f"{group.name}_forward",
         impl=forward_and_saved,
         printed_name=f"{group.name}_forward",
-        meta=lambda *args: tuple(_fresh(p) for p in (*outputs_like, *saved_like)),
+        meta=lambda *args: tuple(_fresh(p) for p in (*outputs_like, *saved_returned_like)),
     )
     grads_like = backward.output
     backward_symbol = Symbol(
@@ -164,7 +171,8 @@ def _compile_group(group: _Group, lower, job_executors) -> tuple[Symbol, BlockPr
 
     def vjp(*args):
         results = forward_symbol(*args)
-        outputs, saved = results[:n_out], results[n_out:]
+        outputs, returned_saved = results[:n_out], iter(results[n_out:])
+        saved = [next(returned_saved) if source is None else args[source] for source in saved_source]
 
         def pullback(grads):
             from thunder_core.autodiff.helpers import ops

@@ -7,13 +7,14 @@ in the module's own ``_parameters``/``_buffers`` dicts only while the forward is
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import nn
 
-from thunder_core.errors import CaptureError
+from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.jit.function import ThunderFunction
+from thunder_core.plugins.errors import PluginError
 
 
 class _ModuleState:
@@ -24,6 +25,7 @@ class _ModuleState:
         self.slots: list = []  # (owner module, "_parameters" | "_buffers", attribute, full name)
         self._training: list[nn.Module] = []
         self._structure = None
+        self.extensions: list = []  # ModuleExtension objects of the job's plugins, in order
         self.refresh()
 
     def _current_structure(self) -> tuple:
@@ -58,10 +60,15 @@ class _ModuleState:
         return [(name, getattr(owner, kind)[attr]) for owner, kind, attr, name in self.slots]
 
     def key(self) -> tuple:
-        return tuple(m.training for m in self._training)
+        training = tuple(m.training for m in self._training)
+        if not self.extensions:
+            return training
+        return (training, tuple(e.cache_key() for e in self.extensions))
 
     def describe(self) -> dict[str, str]:
         out = {"module.training": str(self.module.training)}
+        for extension in self.extensions:
+            out.update(extension.describe())
         for name, t in self.named_tensors():
             out[name] = f"tensor {tuple(t.shape)} {t.dtype} on {t.device}, requires_grad={t.requires_grad}"
         return out
@@ -83,20 +90,34 @@ class _ModuleState:
                         if id(item) in originals:
                             value[key] = originals[id(item)]
 
+    def _bound(self, proxies) -> list:
+        """What the forward sees for each slot: the input proxies, as the extensions change them."""
+        names = [name for *_, name in self.slots]
+        seen = list(proxies)
+        for extension in self.extensions:
+            seen = list(extension.bind(names, seen))
+            if len(seen) != len(names):
+                raise TypeError(
+                    f"{extension.name}: bind() returned {len(seen)} values for {len(names)} parameters and buffers"
+                )
+        return seen
+
     @contextmanager
     def binder(self, proxies):
         saved = [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
         replaced = []
+        seen = list(proxies)
         try:
-            for (owner, kind, attr, _), proxy in zip(self.slots, proxies):
+            seen = self._bound(proxies)
+            for (owner, kind, attr, _), proxy in zip(self.slots, seen):
                 getattr(owner, kind)[attr] = proxy
             yield
         finally:
-            for (owner, kind, attr, name), tensor, proxy in zip(self.slots, saved, proxies):
+            for (owner, kind, attr, name), tensor, proxy in zip(self.slots, saved, seen):
                 if getattr(owner, kind).get(attr) is not proxy:
                     replaced.append(f"{name} ({kind[1:-1]})")
                 getattr(owner, kind)[attr] = tensor
-            self._restore_references({id(p): t for p, t in zip(proxies, saved)})
+            self._restore_references({id(p): t for p, t in zip(seen, saved)})
         if replaced:
             raise CaptureError(
                 f"thunder_core.jit: the forward assigns a new tensor to {', '.join(replaced)}. A compiled "
@@ -116,7 +137,22 @@ class ThunderModule(nn.Module):
     def __init__(self, module: nn.Module, **options):
         super().__init__()
         self._model = module
+        job = options.get("job")
+        extensions = []
+        for transform, plugin_options, name in job.module_transforms if job is not None else ():
+            try:
+                extension = transform(module, plugin_options)
+            except ThunderCoreError:
+                raise
+            except Exception as error:
+                raise PluginError(
+                    f"thunder_core.jit: the module transform {name} failed: {type(error).__name__}: {error}. "
+                    f"Leave the plugin {name.split('.')[0]!r} out of this job, or report it to its maintainers."
+                ) from error
+            if extension is not None:
+                extensions.append(extension)
         self._state = _ModuleState(module)
+        self._state.extensions = extensions
         self._forward = ThunderFunction(
             self._call_original, state=self._state, guard_root=module, signature_of=module.forward, **options
         )
@@ -138,11 +174,37 @@ class ThunderModule(nn.Module):
         except AttributeError:
             return getattr(self._modules["_model"], name)
 
+    @property
+    def extensions(self) -> tuple:
+        """The ``ModuleExtension`` objects of this module's plugins (``ddp``, ``fsdp``, ...)."""
+        return tuple(self._state.extensions)
+
+    @contextmanager
+    def no_sync(self):
+        """Skip gradient synchronisation across processes inside this context (gradient
+        accumulation), like ``DistributedDataParallel.no_sync``; the plugins that synchronise
+        (``ddp``, ``fsdp``) say what that means for them. Without such a plugin nothing is
+        synchronised anyway and the context changes nothing."""
+        with ExitStack() as stack:
+            for extension in self._state.extensions:
+                context = extension.no_sync()
+                if context is not None:
+                    stack.enter_context(context)
+            yield
+
     def state_dict(self, *args, **kwargs):
+        for extension in self._state.extensions:
+            found = extension.state_dict(self._model, *args, **kwargs)
+            if found is not None:
+                return found
         return self._model.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, *args, **kwargs):
-        return self._model.load_state_dict(*args, **kwargs)
+    def load_state_dict(self, state_dict, strict: bool = True, **kwargs):
+        for extension in self._state.extensions:
+            result = extension.load_state_dict(self._model, state_dict, strict=strict)
+            if result is not None:
+                return result
+        return self._model.load_state_dict(state_dict, strict=strict, **kwargs)
 
     def named_parameters(self, *args, **kwargs):
         return self._model.named_parameters(*args, **kwargs)

@@ -73,6 +73,19 @@ def thunder_core_register_passes(register) -> None:
 
 
 @hookspec
+def thunder_core_register_module_transform(register) -> None:
+    """Change a module when it is jitted: ``register(transform, name=None)``.
+
+    ``transform(module, options)`` is called once per ``thunder_core.jit(module)`` of a job
+    that selects this plugin, before anything is captured. It may change the module in place
+    (broadcast or shard its parameters) and returns ``None`` or a
+    ``thunder_core.extend.ModuleExtension`` that says how the jitted module differs: what
+    the forward sees for each parameter while it is captured (ops recorded there become part
+    of the trace), a value for the cache key, a ``no_sync()`` context, its ``state_dict``.
+    """
+
+
+@hookspec
 def thunder_core_declare_options(declare) -> None:
     """Declare typed options: ``declare(name, type, default, help)``.
 

@@ -18,6 +18,9 @@ class Job:
     not_used: dict[str, str] = field(default_factory=dict)  # executor name -> why it is not in the list
     config: JobConfig | None = None
     executor_options: dict[str, dict] = field(default_factory=dict)  # executor name -> validated options
+    module_transforms: list = field(
+        default_factory=list
+    )  # [(fn, options, "plugin.name")] applied by jit(module)
 
     @property
     def executor_names(self) -> list[str]:
@@ -121,4 +124,6 @@ def build_job(config: JobConfig) -> Job:
         options = _options_for(info, config)
         for stage, fn, pass_name in info.passes:
             job.passes.setdefault(stage, []).append((fn, options, f"{info.name}.{pass_name}"))
+        for fn, transform_name in info.module_transforms:
+            job.module_transforms.append((fn, options, f"{info.name}.{transform_name}"))
     return job

@@ -67,6 +67,7 @@ class PluginInfo:
     registered: bool = False
     executors: list = field(default_factory=list)
     passes: list = field(default_factory=list)  # (stage, fn, name)
+    module_transforms: list = field(default_factory=list)  # (fn, name)
     options: dict[str, OptionSpec] = field(default_factory=dict)
 
     @property
@@ -205,6 +206,19 @@ class PluginManager:
             info.status, info.reason, info.remedy = UNAVAILABLE, found.reason, found.remedy
         return info
 
+    def _probe_again(self, info: PluginInfo) -> None:
+        """What a probe finds can change while the process runs (a process group initialized,
+        a device made visible): an unavailable plugin is probed again when a job asks for it."""
+        try:
+            found = self._call(info, "thunder_core_probe")
+        except BaseException as error:  # noqa: BLE001
+            self._broken(info, "probe", error)
+            return
+        if not isinstance(found, Availability) or found.available:
+            info.status, info.reason, info.remedy = AVAILABLE, "", ""
+        else:
+            info.reason, info.remedy = found.reason, found.remedy
+
     def _register_with_pluggy(self, info: PluginInfo) -> str | None:
         known = {name for name in dir(hookspecs) if name.startswith("thunder_core_")}
         for attr, _function in inspect.getmembers(info.module, inspect.isfunction):
@@ -236,10 +250,12 @@ class PluginManager:
 
     # Loading: the register hooks, for selected plugins.
     def load(self, info: PluginInfo) -> PluginInfo:
+        if info.status == UNAVAILABLE and info.module is not None:
+            self._probe_again(info)
         self.probe(info)
         if info.status != AVAILABLE or info.registered:
             return info
-        executors, passes, options = [], [], {}
+        executors, passes, options, module_transforms = [], [], {}, []
 
         def register_executor(executor) -> None:
             from thunder_core.executors.base import Executor
@@ -253,6 +269,11 @@ class PluginManager:
                 raise ValueError(f"unknown stage {stage!r}; the stages are {list(STAGES)}")
             passes.append((stage, fn, name or getattr(fn, "__name__", "pass")))
 
+        def register_module_transform(fn, name: str | None = None) -> None:
+            if not callable(fn):
+                raise TypeError(f"register() got {type(fn).__qualname__}, not a callable (module, options)")
+            module_transforms.append((fn, name or getattr(fn, "__name__", "module transform")))
+
         def declare(name: str, type: type, default, help: str = "") -> None:
             if not isinstance(default, type):
                 raise TypeError(f"option {name!r}: default {default!r} is not a {type.__name__}")
@@ -262,9 +283,11 @@ class PluginManager:
             self._call(info, "thunder_core_declare_options", declare=declare)
             self._call(info, "thunder_core_register_executor", register=register_executor)
             self._call(info, "thunder_core_register_passes", register=register_pass)
+            self._call(info, "thunder_core_register_module_transform", register=register_module_transform)
         except BaseException as error:  # noqa: BLE001
             return self._broken(info, "register", error)
         info.executors, info.passes, info.options, info.registered = executors, passes, options, True
+        info.module_transforms = module_transforms
         return info
 
     def require(self, name: str) -> PluginInfo:

@@ -2,7 +2,8 @@
 
 Pre: a forward trace returning ``(outputs, saved)`` and the backward trace taking
 ``(*saved, *grads)``. Post: the same pair, where a saved value made by one cheap
-elementwise op whose tensor inputs are all saved anyway (or forward inputs) is recomputed
+elementwise op (or a symbol tagged ``RECOMPUTE``) whose tensor inputs are all saved anyway
+(or forward inputs) is recomputed
 in the backward instead, just before its first use (so a fusion executor can fuse the
 recomputation with its consumers), and the forward keeps fewer tensors alive.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 
 from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.symbols import INPLACE, RANDOM
+from thunder_core.ir.symbols import INPLACE, RANDOM, RECOMPUTE
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 
@@ -29,6 +30,8 @@ CHEAP = frozenset(
 
 def _is_cheap(bsym) -> bool:
     symbol = bsym.symbol
+    if symbol.has_tag(RECOMPUTE):
+        return True
     return symbol.name in CHEAP and not symbol.has_tag(INPLACE) and not symbol.has_tag(RANDOM)
 
 

@@ -1,0 +1,212 @@
+"""Training scenarios run by each rank under torchrun (started by the tests in this folder).
+
+    python -m torch.distributed.run --nproc-per-node 2 worker.py OUT_DIR SCENARIO [SCENARIO ...]
+
+Each scenario trains a small litgpt ``GPT`` for ``STEPS`` AdamW steps on this rank's half of a
+global batch and writes ``OUT_DIR/SCENARIO.pt`` (from rank 0): the losses averaged over the ranks,
+the full final parameters, and what the scenario measured (collectives in the traces, memory).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import thunder_core
+from thunder_core.testing.models import small_litgpt
+
+STEPS = 5
+GLOBAL_BATCH = 4
+LENGTH = 16
+VOCAB = 127  # odd: the lm_head and embedding rows do not divide by 2 ranks (padding)
+LR = 1e-2
+
+
+def build_model():
+    torch.manual_seed(0)
+    return small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=2)
+
+
+def batches():
+    generator = torch.Generator().manual_seed(1)
+    return [
+        torch.randint(0, VOCAB, (GLOBAL_BATCH, LENGTH + 1), generator=generator) for _ in range(STEPS + 1)
+    ]
+
+
+def loss_of(model, tokens):
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def reference(steps: int = STEPS) -> dict:
+    """The single-process run over the global batch, in eager PyTorch."""
+    model = build_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    losses = []
+    for tokens in batches()[:steps]:
+        loss = loss_of(model, tokens)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {"losses": losses, "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def _local(tokens: torch.Tensor) -> torch.Tensor:
+    share = tokens.shape[0] // dist.get_world_size()
+    return tokens[dist.get_rank() * share : (dist.get_rank() + 1) * share]
+
+
+def _mean_over_ranks(value: float) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
+def _train(model, optimizer, *, accumulate: int = 1, steps: int = STEPS, first_batch: int = 0) -> list[float]:
+    losses = []
+    for tokens in batches()[first_batch : first_batch + steps]:
+        local = _local(tokens)
+        micro = local.chunk(accumulate)
+        total = 0.0
+        for i, part in enumerate(micro):
+            context = model.no_sync() if i < accumulate - 1 else nullcontext()
+            with context:
+                loss = loss_of(model, part) / accumulate
+                loss.backward()
+            total += loss.item()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(_mean_over_ranks(total))
+    return losses
+
+
+def _collectives(jitted) -> dict:
+    from thunder_plugin_distributed.schedule import collectives_in
+
+    backward_traces = thunder_core.last_backward_traces(jitted)
+    forward = [t for t in thunder_core.last_traces(jitted) if t not in backward_traces][-1]
+    backward = backward_traces[-1]
+    return {
+        "forward": collectives_in(forward),
+        "backward": collectives_in(backward),
+        "backward_ops": [b.symbol.name for b in backward.bound_symbols],
+        "backward_code": str(backward),
+        "forward_code": str(forward),
+    }
+
+
+def _parameter_elements(module) -> int:
+    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
+
+
+def _optimizer_elements(optimizer) -> int:
+    return sum(
+        v.numel()
+        for s in optimizer.state.values()
+        for v in s.values()
+        if isinstance(v, torch.Tensor) and v.dim()
+    )
+
+
+def scenario_ddp(bucket_size_mb: int = 1, accumulate: int = 1) -> dict:
+    model = build_model()
+    jitted = thunder_core.jit(model, plugins=["ddp"], options={"ddp": {"bucket_size_mb": bucket_size_mb}})
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    losses = _train(jitted, optimizer, accumulate=accumulate)
+    return {"losses": losses, "params": jitted.state_dict(), "collectives": _collectives(jitted)}
+
+
+def scenario_ddp_one_per_gradient() -> dict:
+    return scenario_ddp(bucket_size_mb=0)
+
+
+def scenario_ddp_no_sync() -> dict:
+    return scenario_ddp(accumulate=2)
+
+
+def scenario_fsdp(zero: int = 3) -> dict:
+    from thunder_plugin_distributed import full_state_dict
+
+    model = build_model()
+    full_elements = _parameter_elements(model)
+    jitted = thunder_core.jit(model, plugins=["fsdp"], options={"fsdp": {"zero": zero}})
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    losses = _train(jitted, optimizer)
+    return {
+        "losses": losses,
+        "params": full_state_dict(jitted),
+        "collectives": _collectives(jitted),
+        "parameter_elements": (_parameter_elements(jitted), full_elements),
+        "optimizer_elements": _optimizer_elements(optimizer),
+    }
+
+
+def scenario_fsdp_zero2() -> dict:
+    return scenario_fsdp(zero=2)
+
+
+def scenario_ddp_wrapper() -> dict:
+    """PyTorch's DistributedDataParallel around a jitted model."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = build_model()
+    wrapped = DistributedDataParallel(thunder_core.jit(model))
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=LR)
+    losses = _train(wrapped, optimizer)
+    return {"losses": losses, "params": model.state_dict()}
+
+
+def scenario_fsdp_checkpoint() -> dict:
+    """Train 3 steps, save with torch.distributed.checkpoint, load into a fresh model and
+    optimizer, train the rest: the same as training straight through."""
+    import torch.distributed.checkpoint as dcp
+    from thunder_plugin_distributed import full_state_dict, load_optimizer_state_dict, optimizer_state_dict
+
+    path = os.path.join(os.environ["THUNDER_TEST_OUT"], "checkpoint")
+    model = build_model()
+    jitted = thunder_core.jit(model, plugins=["fsdp"])
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    losses = _train(jitted, optimizer, steps=3)
+    dcp.save(
+        {"model": jitted.state_dict(), "optimizer": optimizer_state_dict(jitted, optimizer)},
+        checkpoint_id=path,
+    )
+
+    torch.manual_seed(123)  # a fresh job: other initial weights, nothing shared with the first model
+    fresh = thunder_core.jit(
+        small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=2), plugins=["fsdp"]
+    )
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=LR)
+    state = {"model": fresh.state_dict(), "optimizer": optimizer_state_dict(fresh, fresh_optimizer)}
+    dcp.load(state, checkpoint_id=path)
+    fresh.load_state_dict(state["model"])
+    load_optimizer_state_dict(fresh, fresh_optimizer, state["optimizer"])
+    losses += _train(fresh, fresh_optimizer, steps=STEPS - 3, first_batch=3)
+    return {"losses": losses, "params": full_state_dict(fresh)}
+
+
+def main() -> None:
+    out, names = sys.argv[1], sys.argv[2:]
+    os.environ["THUNDER_TEST_OUT"] = out
+    dist.init_process_group("gloo")
+    try:
+        for name in names:
+            result = globals()[f"scenario_{name}"]()
+            if dist.get_rank() == 0:
+                torch.save(result, os.path.join(out, f"{name}.pt"))
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    tempfile.tempdir = None
+    main()

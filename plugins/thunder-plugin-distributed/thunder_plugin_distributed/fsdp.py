@@ -1,0 +1,205 @@
+"""``fsdp``: parameters sharded on dim 0, gathered where the trace uses them.
+
+At wrap time each parameter with at least one dimension is replaced, in the module, by this
+rank's shard: the first rank's values, padded on dim 0 to a multiple of the group size and cut
+in equal pieces (rank ``r`` holds rows ``r*c .. r*c+c-1``, like ``torch.chunk``). Optimizers
+made on ``module.parameters()`` after that step the shards. While the forward is captured each
+shard passes through ``fsdp_all_gather``, so the trace computes with the full parameter and
+autodiff reduce-scatters its gradient back onto the shard. ZeRO-3 (default) gathers again in
+the backward; ZeRO-2 keeps the gathered parameter from the forward until the backward.
+0-dim parameters stay replicated, their gradients averaged like ``ddp``'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from thunder_core.extend import ConfigError, ModuleExtension, TensorProxy
+from thunder_plugin_distributed.collectives import (
+    GATHERS,
+    ddp_synchronize,
+    group_of,
+    rank,
+    register_group,
+    world_size,
+)
+from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """Where a sharded parameter came from: its full shape and this rank's real rows."""
+
+    full_shape: tuple[int, ...]
+    shard_rows: int  # rows per rank, padding included
+    rank: int
+
+    @property
+    def rows(self) -> int:
+        return self.full_shape[0]
+
+    @property
+    def valid_rows(self) -> int:
+        """Rows of this rank's shard that hold real values (the rest is padding)."""
+        return max(0, min(self.shard_rows, self.rows - self.rank * self.shard_rows))
+
+
+def _slots(module: nn.Module):
+    """(owner, attribute, full name) of every parameter slot, shared parameters included."""
+    for prefix, owner in module.named_modules(remove_duplicate=False):
+        for attr, param in owner._parameters.items():
+            if param is not None:
+                yield owner, attr, f"{prefix}.{attr}" if prefix else attr
+
+
+@torch.no_grad()
+def _shard(param: torch.Tensor, info: ShardInfo) -> torch.Tensor:
+    start = info.rank * info.shard_rows
+    shard = torch.zeros((info.shard_rows, *param.shape[1:]), dtype=param.dtype, device=param.device)
+    if info.valid_rows:
+        shard[: info.valid_rows].copy_(param[start : start + info.valid_rows])
+    return shard
+
+
+class FSDPExtension(ModuleExtension):
+    """The ``fsdp`` plugin's view of one jitted module: which slots hold shards."""
+
+    name = "fsdp"
+
+    def __init__(self, module: nn.Module, group: int, zero: int, sharded: dict[str, ShardInfo]):
+        self.module = module
+        self.group = group
+        self.gather = GATHERS["fsdp_all_gather_again" if zero == 3 else "fsdp_all_gather"]
+        self.sharded = sharded  # full name of a parameter slot -> ShardInfo
+
+    def bind(self, names: list[str], proxies: list) -> list:
+        done: dict[int, object] = {}
+        out = []
+        for name, proxy in zip(names, proxies):
+            if id(proxy) in done:
+                out.append(done[id(proxy)])
+                continue
+            info = self.sharded.get(name)
+            if info is not None:
+                seen = self.gather(proxy, info.rows, self.group)
+            elif isinstance(proxy, TensorProxy) and proxy.requires_grad:
+                seen = ddp_synchronize(proxy, self.group)  # a replicated 0-dim parameter
+            else:
+                seen = proxy
+            done[id(proxy)] = seen
+            out.append(seen)
+        return out
+
+    # -- state dicts ----------------------------------------------------------------------------
+
+    def _mesh(self):
+        from torch.distributed.device_mesh import DeviceMesh
+
+        device = next(iter(self.module.parameters())).device.type
+        return DeviceMesh.from_group(group_of(self.group) or dist.group.WORLD, device)
+
+    def as_dtensor(self, shard: torch.Tensor, info: ShardInfo):
+        """This rank's real rows of ``shard`` as its part of a DTensor of the full shape."""
+        from torch.distributed.tensor import DTensor, Shard
+
+        full = torch.Size(info.full_shape)
+        return DTensor.from_local(
+            shard[: info.valid_rows],
+            self._mesh(),
+            [Shard(0)],
+            run_check=False,
+            shape=full,
+            stride=torch.empty(full, device="meta").stride(),
+        )
+
+    def state_dict(self, module, *args, **kwargs) -> dict:
+        """Sharded parameters as DTensors (for ``torch.distributed.checkpoint``), the rest as they are."""
+        state = module.state_dict(*args, **kwargs)
+        prefix = kwargs.get("prefix", "")
+        for key, value in state.items():
+            info = self.sharded.get(key[len(prefix) :])
+            if info is not None:
+                state[key] = self.as_dtensor(value.detach(), info)
+        return state
+
+    @torch.no_grad()
+    def load_state_dict(self, module, state_dict, strict: bool = True):
+        """Accepts what ``state_dict`` gives (DTensors) or full tensors (each rank takes its rows)."""
+        from torch.distributed.tensor import DTensor
+
+        params = {name: owner._parameters[attr] for owner, attr, name in _slots(module)}
+        converted = dict(state_dict)
+        for key, value in state_dict.items():
+            info = self.sharded.get(key)
+            if info is None:
+                continue
+            shard = params[key]
+            if isinstance(value, DTensor):
+                local = value.to_local()
+                if local.data_ptr() != shard.data_ptr():
+                    shard[: info.valid_rows].copy_(local)
+            elif tuple(value.shape) == info.full_shape:
+                shard.copy_(_shard(value.to(shard.device), info))
+            else:
+                raise ConfigError(
+                    f"fsdp: {key!r} has shape {tuple(value.shape)}; expected the full shape {info.full_shape} "
+                    "or a DTensor from this module's state_dict()"
+                )
+            converted[key] = shard
+        return module.load_state_dict(converted, strict=strict)
+
+    @torch.no_grad()
+    def full_parameter(self, shard: torch.Tensor, info: ShardInfo) -> torch.Tensor:
+        size = world_size(self.group)
+        gathered = torch.empty(
+            (info.shard_rows * size, *shard.shape[1:]), dtype=shard.dtype, device=shard.device
+        )
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather(gathered, shard.contiguous(), group=group_of(self.group))
+        return gathered[: info.rows].clone()
+
+
+def fsdp_transform(module: nn.Module, options: dict) -> FSDPExtension:
+    """Shard the module's parameters in place; see the module docstring."""
+    zero = options["zero"]
+    if zero not in (2, 3):
+        raise ConfigError(f"fsdp: option zero must be 2 or 3, got {zero}")
+    claim_module(module, "fsdp")
+    group = register_group(None)
+    size, me = world_size(group), rank(group)
+    if options["broadcast"]:
+        broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
+    replaced: dict[int, tuple[nn.Parameter, ShardInfo]] = {}
+    sharded: dict[str, ShardInfo] = {}
+    for owner, attr, name in list(_slots(module)):
+        param = owner._parameters[attr]
+        if param.dim() == 0:
+            continue
+        if id(param) not in replaced:
+            info = ShardInfo(tuple(param.shape), math.ceil(param.shape[0] / size), me)
+            replaced[id(param)] = (
+                nn.Parameter(_shard(param.detach(), info), requires_grad=param.requires_grad),
+                info,
+            )
+        shard, info = replaced[id(param)]
+        owner._parameters[attr] = shard
+        sharded[name] = info
+    return FSDPExtension(module, group, zero, sharded)
+
+
+def full_state_dict(jitted_module) -> dict[str, torch.Tensor]:
+    """The state dict with every sharded parameter gathered to its full tensor (on every rank)."""
+    for extension in getattr(jitted_module, "extensions", ()):
+        if isinstance(extension, FSDPExtension):
+            state = jitted_module._model.state_dict()
+            for key, value in state.items():
+                info = extension.sharded.get(key)
+                if info is not None:
+                    state[key] = extension.full_parameter(value, info)
+            return state
+    return jitted_module.state_dict()
