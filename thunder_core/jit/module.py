@@ -126,6 +126,23 @@ class _ModuleState:
             )
 
 
+def _refuse_distributed_tensors(module: nn.Module) -> None:
+    """Parameters sharded by another wrapper (FSDP2's ``fully_shard`` makes them DTensors) are
+    gathered by that wrapper's hooks, which a trace cannot replay: say what composes instead."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch built without distributed
+        return
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        if isinstance(tensor, DTensor):
+            raise CaptureError(
+                f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard or another "
+                "torch.distributed wrapper), whose hooks gather it at run time; a trace cannot replay them. "
+                "Ways out: jit each block before sharding it (fully_shard(thunder_core.jit(block)), then "
+                "fully_shard(model)), or jit the plain model with plugins=['fsdp'] (thunder-plugin-distributed)."
+            )
+
+
 class ThunderModule(nn.Module):
     """The module returned by ``thunder_core.jit(module)``.
 
@@ -136,6 +153,7 @@ class ThunderModule(nn.Module):
 
     def __init__(self, module: nn.Module, **options):
         super().__init__()
+        _refuse_distributed_tensors(module)
         self._model = module
         job = options.get("job")
         extensions = []
@@ -212,8 +230,17 @@ class ThunderModule(nn.Module):
     def named_buffers(self, *args, **kwargs):
         return self._model.named_buffers(*args, **kwargs)
 
-    def named_modules(self, *args, **kwargs):
-        return self._model.named_modules(*args, **kwargs)
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        """This module, then the original module's tree under the original names (the original
+        module itself under the same prefix). Wrappers that look for themselves in the tree
+        (FSDP2's ``fully_shard`` of a jitted block) find this module."""
+        if memo is None:
+            memo = set()
+        if not remove_duplicate or self not in memo:
+            if remove_duplicate:
+                memo.add(self)
+            yield prefix, self
+        yield from self._model.named_modules(memo, prefix, remove_duplicate)
 
     def __repr__(self) -> str:
         return f"ThunderModule({self._model!r})"
