@@ -182,6 +182,71 @@ def thunder_core_register_executor(register):
 
 
 # (distribution, group, entry point name, entry point value, {module path: source}, extra requirements)
+MODULE_PLUGIN = """
+import torch
+from thunder_core.extend import ModuleExtension
+from thunder_core.plugins import hookimpl
+
+PREPARED = []
+
+
+class Scaled(ModuleExtension):
+    name = "weightscale"
+
+    def __init__(self, factor):
+        self.factor = factor
+        self.paused = False
+
+    def bind(self, names, proxies):
+        if self.paused:
+            return proxies
+        return [p * self.factor if n.endswith("weight") else p for n, p in zip(names, proxies)]
+
+    def cache_key(self):
+        return self.paused
+
+    def describe(self):
+        return {"weightscale": "paused" if self.paused else "scaling"}
+
+    def no_sync(self):
+        extension = self
+
+        class Paused:
+            def __enter__(self):
+                extension.paused = True
+
+            def __exit__(self, *exc):
+                extension.paused = False
+
+        return Paused()
+
+
+@hookimpl
+def thunder_core_declare_options(declare):
+    declare("factor", float, 2.0, "what every weight is multiplied by")
+
+
+@hookimpl
+def thunder_core_register_module_transform(register):
+    def prepare(module, options):
+        PREPARED.append(type(module).__name__)
+        return Scaled(options["factor"])
+
+    register(prepare, name="scale")
+"""
+
+LATE_PROBE = """
+import os
+from thunder_core.plugins import Availability, hookimpl
+
+
+@hookimpl
+def thunder_core_probe():
+    if os.environ.get("TC_LATE_READY"):
+        return Availability.ok()
+    return Availability.missing("the late resource is not ready", "set TC_LATE_READY")
+"""
+
 PACKAGES = [
     ("tc-goodex", "executors", "goodex", "tc_goodex", {"tc_goodex/__init__.py": GOOD_EXECUTOR}, []),
     ("tc-goodfuse", "executors", "goodfuse", "tc_goodfuse", {"tc_goodfuse/__init__.py": GOOD_FUSION}, []),
@@ -286,6 +351,31 @@ PACKAGES = [
             "tc_mistyped/__init__.py": (
                 "from thunder_core.plugins import hookimpl\n\n@hookimpl\n"
                 "def thunder_core_register_executor(registr):\n    pass\n"
+            )
+        },
+        [],
+    ),
+    (
+        "tc-weightscale",
+        "plugins",
+        "weightscale",
+        "tc_weightscale",
+        {"tc_weightscale/__init__.py": MODULE_PLUGIN},
+        [],
+    ),
+    ("tc-lateprobe", "plugins", "lateprobe", "tc_lateprobe", {"tc_lateprobe/__init__.py": LATE_PROBE}, []),
+    (
+        "tc-failtransform",
+        "plugins",
+        "failtransform",
+        "tc_failtransform",
+        {
+            "tc_failtransform/__init__.py": (
+                "from thunder_core.plugins import hookimpl\n\n@hookimpl\n"
+                "def thunder_core_register_module_transform(register):\n"
+                "    def shard(module, options):\n"
+                "        raise RuntimeError('no process group to shard over')\n"
+                "    register(shard, name='shard')\n"
             )
         },
         [],

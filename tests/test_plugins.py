@@ -67,6 +67,9 @@ EXPECTED = {
     "failop": ("available", ""),
     "optex": ("available", ""),
     "goodplugin": ("available", ""),
+    "weightscale": ("available", ""),
+    "failtransform": ("available", ""),
+    "lateprobe": ("unavailable", "the late resource is not ready"),
     "brokenimport": ("broken", "ModuleNotFoundError at import: No module named 'not_a_real_dependency_xyz'"),
     "raisesregister": ("broken", "RuntimeError at register: cannot initialize the device context"),
     "unavailable": ("unavailable", "no FancyAccelerator device found"),
@@ -254,6 +257,58 @@ def test_transform_plugin_pass_runs_with_its_options():
         thunder_core.jit(add, plugins=["goodplugin"], options={"goodplugin": {"tga": "x"}})
     with pytest.raises(ConfigError, match="must be a str"):
         thunder_core.jit(add, plugins=["goodplugin"], options={"goodplugin": {"tag": 3}})
+
+
+def test_a_module_transform_prepares_the_module_and_its_extension_shapes_the_trace():
+    plugin = importlib.import_module("tc_weightscale")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    jm = thunder_core.jit(model, plugins=["weightscale"], options={"weightscale": {"factor": 3.0}})
+    assert plugin.PREPARED[-1] == "Sequential" and len(jm.extensions) == 1
+    x = torch.randn(5, 4)
+
+    def scaled(m, x):  # eager: what the model computes with every weight times 3
+        h = torch.tanh(torch.nn.functional.linear(x, 3 * m[0].weight, m[0].bias))
+        return torch.nn.functional.linear(h, 3 * m[2].weight, m[2].bias)
+
+    out = jm(x)
+    torch.testing.assert_close(out, scaled(model, x))
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    scaled(model, x).sum().backward()
+    for got, expected in zip(grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, expected)  # the gradient reaches the original parameters
+
+    with jm.no_sync():  # the extension's context changes its cache key: another entry
+        torch.testing.assert_close(jm(x), model(x))
+    torch.testing.assert_close(jm(x), scaled(model, x))
+    info = thunder_core.cache_info(jm)
+    assert info.entries == 2 and "weightscale: scaling -> paused" in info.reasons[1]
+
+
+def test_no_sync_without_a_synchronizing_plugin_changes_nothing():
+    jm = thunder_core.jit(torch.nn.Linear(3, 3))
+    x = torch.randn(2, 3)
+    with jm.no_sync():
+        torch.testing.assert_close(jm(x), jm._model(x))
+    assert thunder_core.cache_info(jm).entries == 1
+
+
+def test_a_failing_module_transform_is_an_error_naming_the_plugin():
+    with pytest.raises(
+        PluginError, match=r"module transform failtransform\.shard failed: RuntimeError: no process group"
+    ):
+        thunder_core.jit(torch.nn.Linear(2, 2), plugins=["failtransform"])
+    _eager_ok(thunder_core.jit(add, plugins=["failtransform"]))  # a function has no module to transform
+
+
+def test_an_unavailable_plugin_is_probed_again_when_a_job_asks_for_it(monkeypatch):
+    with pytest.raises(PluginError, match="the late resource is not ready. To fix: set TC_LATE_READY"):
+        thunder_core.jit(add, plugins=["lateprobe"])
+    monkeypatch.setenv("TC_LATE_READY", "1")  # e.g. a process group initialized after import
+    _eager_ok(thunder_core.jit(add, plugins=["lateprobe"]))
+    assert plugin_manager().plugins["lateprobe"].status == "available"
 
 
 def test_import_thunder_core_imports_no_plugin_module():

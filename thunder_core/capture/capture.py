@@ -198,9 +198,9 @@ def capture(
     with (
         _compiling(),
         record_scope(recorder),
-        binder,  # inside the recorder: what a plugin records while binding is part of the trace
         autograd_functions_recorded_whole(),
         CaptureMode(lifter),
+        binder,  # inside capture: what a plugin records while binding is part of the trace
         reads,
         blocks_recorded(list(block_modules)),
     ):

@@ -69,7 +69,9 @@ def _assert_same_training(result: dict, reference: dict) -> None:
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(reference["losses"]), **TOLERANCE)
     assert set(result["params"]) >= set(reference["params"])
     for name, expected in reference["params"].items():
-        torch.testing.assert_close(result["params"][name], expected, **TOLERANCE, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            result["params"][name], expected, **TOLERANCE, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 @pytest.mark.parametrize(
@@ -142,7 +144,11 @@ def test_backward_collectives_are_async_and_interleaved_with_compute(runs):
     for scenario in ("fsdp", "fsdp_zero2"):
         fsdp = runs[scenario]["collectives"]
         assert _overlapped(fsdp["backward_ops"], "fsdp_reduce_scatter_start", "fsdp_reduce_scatter_wait")
-        assert fsdp["forward"].count("fsdp_all_gather_start") == fsdp["forward"].count("fsdp_all_gather_wait") > 0
+        assert (
+            fsdp["forward"].count("fsdp_all_gather_start")
+            == fsdp["forward"].count("fsdp_all_gather_wait")
+            > 0
+        )
     # ZeRO-3 gathers the parameters again for the backward; ZeRO-2 kept them from the forward.
     assert "fsdp_all_gather_start" in runs["fsdp"]["collectives"]["backward"]
     assert "fsdp_all_gather_start" not in runs["fsdp_zero2"]["collectives"]["backward"]
