@@ -160,7 +160,7 @@ def test_bucketed_ddp_issues_fewer_all_reduces(runs):
 
 
 def test_without_a_process_group_the_plugins_are_unavailable_with_the_reason():
-    from thunder_core.plugins.errors import PluginError
+    from thunder_core import PluginError
 
     model = torch.nn.Linear(4, 4)
     for name in ("ddp", "fsdp"):
