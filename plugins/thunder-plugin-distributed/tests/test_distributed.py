@@ -30,6 +30,9 @@ SCENARIOS = [
     "fully_shard_of_jitted_blocks",
     "jit_of_fully_shard_refused",
     "fsdp_checkpoint",
+    "ddp_tied",
+    "fsdp_tied",
+    "ddp_from_environment",
 ]
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -80,6 +83,31 @@ def _assert_same_training(result: dict, reference: dict) -> None:
 )
 def test_training_on_two_ranks_equals_one_process_over_the_global_batch(runs, single_process, scenario):
     _assert_same_training(runs[scenario], single_process)
+
+
+@pytest.fixture(scope="module")
+def single_process_tied() -> dict:
+    sys.path.insert(0, str(HERE))
+    try:
+        import worker
+    finally:
+        sys.path.remove(str(HERE))
+    return worker.reference_tied()
+
+
+@pytest.mark.parametrize("scenario", ["ddp_tied", "fsdp_tied"])
+def test_shared_frozen_and_scalar_parameters_and_buffers(runs, single_process_tied, scenario):
+    result = runs[scenario]
+    _assert_same_training(result, single_process_tied)
+    assert result["params"]["head.weight"] is not None
+    torch.testing.assert_close(result["params"]["head.weight"], result["params"]["embedding.weight"])
+    torch.testing.assert_close(result["logits"], single_process_tied["logits"], **TOLERANCE)
+
+
+def test_the_plugin_is_chosen_by_the_environment(runs, single_process):
+    result = runs["ddp_from_environment"]
+    assert result["extensions"] == ["ddp"]
+    _assert_same_training(result, single_process)
 
 
 def test_ddp_results_do_not_depend_on_buckets_or_no_sync(runs):
@@ -171,3 +199,22 @@ def test_without_a_process_group_the_plugins_are_unavailable_with_the_reason():
     ).stdout
     rows = [line for line in listing.splitlines() if line.split()[:1] in (["ddp"], ["fsdp"])]
     assert len(rows) == 2 and all("unavailable" in row and "torchrun" in row for row in rows)
+
+
+def test_the_example_script_runs_under_torchrun_with_the_plugin_from_the_environment():
+    example = HERE.parents[2] / "examples" / "train_distributed.py"
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "THUNDER_CORE_NO_AUTOLOAD": "1",
+        "THUNDER_CORE_PLUGINS": "fsdp",
+    }
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+        "--master-port", str(_free_port()), str(example), "--steps", "2", "--length", "16",
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "step 1: loss" in done.stdout
+    held = [line for line in done.stdout.splitlines() if "parameters held" in line]
+    assert len(held) == 2 and all("plugins ['fsdp']" in line for line in held)

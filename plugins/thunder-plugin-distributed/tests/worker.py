@@ -17,6 +17,7 @@ from contextlib import nullcontext
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 
 import thunder_core
 from thunder_core.testing.models import small_litgpt
@@ -43,6 +44,54 @@ def batches():
 def loss_of(model, tokens):
     logits = model(tokens[:, :-1])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+class TiedModel(nn.Module):
+    """What real models have besides plain weights: a weight shared by two layers, a frozen layer,
+    a 0-dim parameter, a buffer, and sizes that do not divide by the number of ranks."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(11, 6)
+        self.frozen = nn.Linear(6, 6)
+        self.frozen.requires_grad_(False)
+        self.scale = nn.Parameter(torch.tensor(0.5))
+        self.head = nn.Linear(6, 11, bias=False)
+        self.head.weight = self.embedding.weight
+        self.register_buffer("offset", torch.arange(6.0) / 10)
+
+    def forward(self, idx):
+        h = self.embedding(idx) + self.offset
+        return self.head(torch.tanh(self.frozen(h)) * self.scale)
+
+
+def build_tied_model():
+    torch.manual_seed(0)
+    return TiedModel()
+
+
+def tied_batches():
+    generator = torch.Generator().manual_seed(2)
+    return [torch.randint(0, 11, (GLOBAL_BATCH, 9), generator=generator) for _ in range(STEPS)]
+
+
+def reference_tied() -> dict:
+    model = build_tied_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    losses = []
+    for tokens in tied_batches():
+        loss = loss_of(model, tokens)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    with torch.no_grad():
+        logits = model.eval()(tied_batches()[0][:, :-1])
+    return {
+        "losses": losses,
+        "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "logits": logits,
+    }
 
 
 def reference(steps: int = STEPS) -> dict:
@@ -161,6 +210,51 @@ def scenario_ddp_default_executors() -> dict:
     finally:
         os.environ["THUNDER_CORE_NO_AUTOLOAD"] = "1"
     return result
+
+
+def _tied(plugin: str) -> dict:
+    from thunder_plugin_distributed import full_state_dict
+
+    model = build_tied_model()
+    jitted = thunder_core.jit(model, plugins=[plugin])
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    losses = []
+    for tokens in tied_batches():
+        loss = loss_of(jitted, _local(tokens))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(_mean_over_ranks(loss.item()))
+    with torch.no_grad():  # inference after training, in eval mode: another cache entry
+        logits = jitted.eval()(_local(tied_batches()[0])[:, :-1])
+    everything = [torch.zeros_like(logits) for _ in range(dist.get_world_size())]
+    dist.all_gather(everything, logits)
+    return {"losses": losses, "params": full_state_dict(jitted), "logits": torch.cat(everything)}
+
+
+def scenario_ddp_tied() -> dict:
+    return _tied("ddp")
+
+
+def scenario_fsdp_tied() -> dict:
+    return _tied("fsdp")
+
+
+def scenario_ddp_from_environment() -> dict:
+    """The plugin chosen by THUNDER_CORE_PLUGINS: the script does not name it."""
+    os.environ["THUNDER_CORE_PLUGINS"] = "ddp"
+    try:
+        model = build_model()
+        jitted = thunder_core.jit(model)
+    finally:
+        del os.environ["THUNDER_CORE_PLUGINS"]
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    losses = _train(jitted, optimizer)
+    return {
+        "losses": losses,
+        "params": jitted.state_dict(),
+        "extensions": [e.name for e in jitted.extensions],
+    }
 
 
 def scenario_ddp_wrapper() -> dict:
