@@ -181,13 +181,16 @@ def scenario_ddp_no_sync() -> dict:
     return scenario_ddp(accumulate=2)
 
 
-def scenario_fsdp(zero: int = 3) -> dict:
+def scenario_fsdp(zero: int = 3, optimizer_first: bool = False) -> dict:
     from thunder_plugin_distributed import full_state_dict
 
     model = build_model()
     full_elements = _parameter_elements(model)
+    if optimizer_first:  # made on the full parameters, before jit shards them in place
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     jitted = thunder_core.jit(model, plugins=["fsdp"], options={"fsdp": {"zero": zero}})
-    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    if not optimizer_first:
+        optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
     losses = _train(jitted, optimizer)
     return {
         "losses": losses,
@@ -199,7 +202,7 @@ def scenario_fsdp(zero: int = 3) -> dict:
 
 
 def scenario_fsdp_zero2() -> dict:
-    return scenario_fsdp(zero=2)
+    return scenario_fsdp(zero=2, optimizer_first=True)
 
 
 def scenario_ddp_default_executors() -> dict:

@@ -1,13 +1,13 @@
 """``fsdp``: parameters sharded on dim 0, gathered where the trace uses them.
 
-At wrap time each parameter with at least one dimension is replaced, in the module, by this
-rank's shard: the first rank's values, padded on dim 0 to a multiple of the group size and cut
-in equal pieces (rank ``r`` holds rows ``r*c .. r*c+c-1``, like ``torch.chunk``). Optimizers
-made on ``module.parameters()`` after that step the shards. While the forward is captured each
-shard passes through ``fsdp_all_gather``, so the trace computes with the full parameter and
-autodiff reduce-scatters its gradient back onto the shard. ZeRO-3 (default) gathers again in
-the backward; ZeRO-2 keeps the gathered parameter from the forward until the backward.
-0-dim parameters stay replicated, their gradients averaged like ``ddp``'s.
+At wrap time each parameter with at least one dimension is made to hold this rank's shard (the
+same Parameter object, so an optimizer made before or after jit steps it): the first rank's
+values, padded on dim 0 to a multiple of the group size and cut in equal pieces (rank ``r``
+holds rows ``r*c .. r*c+c-1``, like ``torch.chunk``). While the forward is captured each shard
+passes through ``fsdp_all_gather``, so the trace computes with the full parameter and autodiff
+reduce-scatters its gradient back onto the shard. ZeRO-3 (default) gathers again in the
+backward; ZeRO-2 keeps the gathered parameter from the forward until the backward. 0-dim
+parameters stay replicated, their gradients averaged like ``ddp``'s.
 """
 
 from __future__ import annotations
@@ -174,21 +174,24 @@ def fsdp_transform(module: nn.Module, options: dict) -> FSDPExtension:
     size, me = world_size(group), rank(group)
     if options["broadcast"]:
         broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
-    replaced: dict[int, tuple[nn.Parameter, ShardInfo]] = {}
+    infos: dict[int, ShardInfo] = {}
     sharded: dict[str, ShardInfo] = {}
     for owner, attr, name in list(_slots(module)):
         param = owner._parameters[attr]
         if param.dim() == 0:
             continue
-        if id(param) not in replaced:
+        if id(param) not in infos:
+            if param.grad is not None:
+                raise ConfigError(
+                    f"fsdp: {name} already has a gradient; jit the model before the first backward "
+                    "(its gradients and optimizer state are sharded with it)"
+                )
             info = ShardInfo(tuple(param.shape), math.ceil(param.shape[0] / size), me)
-            replaced[id(param)] = (
-                nn.Parameter(_shard(param.detach(), info), requires_grad=param.requires_grad),
-                info,
-            )
-        shard, info = replaced[id(param)]
-        owner._parameters[attr] = shard
-        sharded[name] = info
+            # The Parameter object keeps its identity (an optimizer made before jit still steps
+            # it) and now holds the shard.
+            param.data = _shard(param.detach(), info)
+            infos[id(param)] = info
+        sharded[name] = infos[id(param)]
     return FSDPExtension(module, group, zero, sharded)
 
 
