@@ -1,0 +1,142 @@
+"""quantize-int8 / quantize-int4 on litgpt GPT (small config, random weights).
+
+References: the float32 model (within the stated relative error of each format) and, exactly
+up to rounding, eager PyTorch on the same model with every quantized weight replaced by its
+dequantized float value.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from thunder_plugin_quantization import kernels, report
+
+import thunder_core
+from thunder_core.testing.models import small_litgpt
+
+# Relative error of the logits (Frobenius norm) against the float32 model, stated in the README.
+STATED_ERROR = {"int8": 0.01, "int4": 0.08}
+MEMORY_LIMIT = {"int8": 0.3, "int4": 0.17}
+TORCH_ONLY = ["torch"]  # the low-bit kernels are the plugin's; fusion executors are not under test
+
+
+def _model():
+    torch.manual_seed(0)
+    return small_litgpt(n_layer=2, n_embd=128, vocab=256, block_size=64).eval()
+
+
+def _tokens():
+    return torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+
+
+def _dequantized_copy(original, quantized_model, kind: str, group_size: int = 64):
+    """Eager reference: ``original`` with each quantized layer's weight set to its dequantized value."""
+    reference = copy.deepcopy(original)
+    modules = dict(quantized_model.named_modules())
+    for name, layer in reference.named_modules():
+        if name in modules and isinstance(layer, torch.nn.Linear) and "weight" in modules[name]._buffers:
+            q = modules[name]
+            if kind == "int8":
+                w = kernels.dequantize_int8(q.weight, q.weight_scale)
+            else:
+                w = kernels.dequantize_int4(
+                    q.weight, q.weight_scales_and_zeros, group_size, layer.in_features
+                )
+            layer.weight.data = w
+    return reference
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_logits_memory_and_the_kernels_in_the_final_trace(kind):
+    model = _model()
+    idx = _tokens()
+    with torch.no_grad():
+        float_logits = model(idx)
+    quantized = copy.deepcopy(model)
+    float_bytes = {
+        n: m.weight.numel() * 4 for n, m in quantized.named_modules() if isinstance(m, torch.nn.Linear)
+    }
+    jitted = thunder_core.jit(quantized, plugins=[f"quantize-{kind}"], executors=TORCH_ONLY)
+    with torch.no_grad():
+        logits = jitted(idx)
+
+    done = report(jitted)
+    assert len(done.quantized) == 10 and set(done.skipped) == {"lm_head"}  # the LM head is skipped by default
+    layers = dict(quantized.named_modules())
+    held = sum(b.numel() * b.element_size() for n in done.quantized for b in layers[n].buffers(recurse=False))
+    assert held <= MEMORY_LIMIT[kind] * sum(float_bytes[n] for n in done.quantized)
+    assert not any(isinstance(p, torch.nn.Parameter) and p.dtype == torch.float32 for n in done.quantized
+                   for p in layers[n].parameters(recurse=False))  # fmt: skip
+
+    error = ((logits - float_logits).norm() / float_logits.norm()).item()
+    assert error < STATED_ERROR[kind]
+    with torch.no_grad():
+        exact = _dequantized_copy(model, quantized, kind)(idx)
+    torch.testing.assert_close(logits, exact, rtol=1e-4, atol=1e-4)
+
+    final = [b.symbol.name for b in thunder_core.last_traces(jitted)[-1].bound_symbols]
+    assert final.count(f"quant_{kind}_linear") == 10  # every quantized matmul runs the low-bit kernel
+    assert final.count("linear") == 1  # the LM head, left in float32
+    assert not any(name.startswith("quant_dequantize") for name in final)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_gradients_flow_through_quantized_layers_to_the_float_parameters(kind):
+    model = _model().train()
+    idx = _tokens()
+    quantized = copy.deepcopy(model)
+    jitted = thunder_core.jit(quantized, plugins=[f"quantize-{kind}"], executors=TORCH_ONLY)
+    jitted(idx).logsumexp(-1).mean().backward()
+    reference = _dequantized_copy(model, quantized, kind)
+    reference(idx).logsumexp(-1).mean().backward()
+    for name, param in quantized.named_parameters():
+        torch.testing.assert_close(
+            param.grad, dict(reference.named_parameters())[name].grad, rtol=1e-4, atol=1e-5
+        )
+
+
+def test_decoding_with_the_kv_cache_matches_the_dequantized_model_token_for_token():
+    model = _model()
+    quantized = copy.deepcopy(model)
+    jitted = thunder_core.jit(quantized, plugins=["quantize-int8"], executors=TORCH_ONLY)
+    reference = _dequantized_copy(model, quantized, "int8")
+
+    def greedy(m, steps=12):
+        m.set_kv_cache(batch_size=1)
+        prompt = _tokens()[:1, :8]
+        pos = torch.arange(8)
+        token = m(prompt, pos)[:, -1].argmax(-1, keepdim=True)
+        out = [int(token)]
+        for _ in range(steps):
+            pos = pos[-1:] + 1
+            token = m(token, pos)[:, -1].argmax(-1, keepdim=True)
+            out.append(int(token))
+        return out
+
+    with torch.no_grad():
+        assert greedy(jitted) == greedy(reference)
+    assert thunder_core.cache_info(jitted).entries == 2  # prefill and one decode step, nothing per position
+
+
+def test_skip_patterns_and_layers_that_cannot_be_quantized_are_reported():
+    model = _model()
+    jitted = thunder_core.jit(
+        model,
+        plugins=["quantize-int4"],
+        options={"quantize-int4": {"skip": ["transformer.h.0.*"], "group_size": 256}},
+        executors=TORCH_ONLY,
+    )
+    done = report(jitted)
+    assert all(name.startswith("transformer.h.0.") or "multiple of group_size 256" in reason
+               for name, reason in done.skipped.items())  # fmt: skip
+    assert done.quantized == ["transformer.h.1.mlp.proj"]  # the one layer with 256 input features
+    assert "multiple of group_size 256" in done.skipped["lm_head"]  # the default skip list was replaced
+    with torch.no_grad():
+        jitted(_tokens())  # what is left in float still runs
+
+
+def test_a_wrong_group_size_is_a_clear_error():
+    with pytest.raises(thunder_core.ConfigError, match="group_size must be one of"):
+        thunder_core.jit(_model(), plugins=["quantize-int4"], options={"quantize-int4": {"group_size": 48}})

@@ -1,0 +1,60 @@
+"""Weight-only low-bit formats and the PyTorch CPU kernels that multiply by them.
+
+- int8, per output channel, symmetric: ``w ≈ q * scale[:, None]`` with ``q`` int8 ``[N, K]``;
+  ``torch._weight_int8pack_mm(x2d, q, scale)`` computes ``x2d @ w.T``.
+- int4, group-wise, asymmetric with the zero point in the float domain (the tinygemm layout):
+  per group of ``group_size`` input features, ``w ≈ (q - 8) * scale + zero`` with ``q`` in 0..15,
+  packed by ``torch._convert_weight_to_int4pack_for_cpu`` into uint8 ``[N, K / 2]``, and
+  ``scales_and_zeros`` ``[K / group_size, N, 2]``; ``torch._weight_int4pack_mm_for_cpu`` multiplies.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INT4_INNER_K_TILES = 2
+
+
+@torch.no_grad()
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127
+    q = torch.round(weight / scale[:, None]).clamp(-128, 127).to(torch.int8)
+    return q, scale.to(weight.dtype)
+
+
+@torch.no_grad()
+def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n, k = weight.shape
+    groups = weight.float().reshape(n, k // group_size, group_size)
+    low = groups.amin(dim=-1, keepdim=True)
+    high = groups.amax(dim=-1, keepdim=True)
+    scale = (high - low).clamp_min(1e-6) / 15
+    zero = low + 8 * scale
+    q = torch.clamp(torch.round((groups - low) / scale), 0, 15).to(torch.int32).reshape(n, k)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
+    scales_and_zeros = torch.stack([scale.squeeze(-1), zero.squeeze(-1)], dim=-1).transpose(0, 1).contiguous()
+    return packed, scales_and_zeros.to(weight.dtype)
+
+
+def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``x @ dequantized(q).T`` for ``x`` of any leading shape."""
+    flat = x.reshape(-1, x.shape[-1])
+    return torch.ops.aten._weight_int8pack_mm(flat, q, scale).reshape(*x.shape[:-1], q.shape[0])
+
+
+def int4_matmul(
+    x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, group_size, scales_and_zeros)
+    return out.reshape(*x.shape[:-1], packed.shape[0])
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return q.to(scale.dtype) * scale[:, None]
+
+
+def dequantize_int4(packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, in_features: int):
+    """The float weight ``[N, K]``: the kernel applied to the identity (exact for any packing layout)."""
+    eye = torch.eye(in_features, dtype=scales_and_zeros.dtype, device=packed.device)
+    return int4_matmul(eye, packed, scales_and_zeros, group_size).t().contiguous()
