@@ -82,8 +82,13 @@ def wrap(model, backend: str):
         return torch.compile(model, backend="thunder_core")
     import thunder_core
 
+    backend, _, plugins = backend.partition("/")  # "thunder_core/quantize-int8": with that plugin
     executors = backend.removeprefix("thunder_core").strip("[]")
-    return thunder_core.jit(model, executors=executors.split("+") if executors else None)
+    return thunder_core.jit(
+        model,
+        executors=executors.split("+") if executors else None,
+        plugins=plugins.split("+") if plugins else None,
+    )
 
 
 def generate(model, prompt, steps: int) -> tuple[list[int], float, list[float]]:
@@ -158,6 +163,21 @@ def floor(config: str) -> dict:
     }
 
 
+def collect(backends, config: str, tokens: int) -> tuple[dict, dict]:
+    """The floor, and each backend measured in a fresh process (a failure is reported, not raised)."""
+    from measure import run_isolated
+
+    limit = floor(config)
+    results = {}
+    for backend in [b for b in backends if b]:
+        try:
+            results[backend] = run_isolated(__file__, "--backend", backend, "--config", config,
+                                            "--tokens", str(tokens))  # fmt: skip
+        except Exception as error:  # noqa: BLE001 - a backend that fails is reported, the others still run
+            results[backend] = {"error": f"{type(error).__name__}: {str(error)[-300:]}"}
+    return limit, results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="30m")
@@ -170,16 +190,7 @@ def main() -> None:
 
         print(json.dumps(measure(args.backend, args.config, args.tokens)))
         return
-    from measure import run_isolated
-
-    limit = floor(args.config)
-    results = {}
-    for backend in [b for b in args.backends.split(",") if b]:
-        try:
-            results[backend] = run_isolated(__file__, "--backend", backend, "--config", args.config,
-                                            "--tokens", str(args.tokens))  # fmt: skip
-        except Exception as error:  # noqa: BLE001 - a backend that fails is reported, the others still run
-            results[backend] = {"error": f"{type(error).__name__}: {str(error)[-300:]}"}
+    limit, results = collect(args.backends.split(","), args.config, args.tokens)
     eager = results.get("eager", {})
     compiled = results.get("torch.compile", {})
     print(

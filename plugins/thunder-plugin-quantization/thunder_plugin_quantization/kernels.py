@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from thunder_plugin_quantization import one_row
+
 INT4_INNER_K_TILES = 2
 
 
@@ -37,7 +39,9 @@ def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, 
 
 
 def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``x @ dequantized(q).T`` for ``x`` of any leading shape."""
+    """``x @ dequantized(q).T`` for ``x`` of any leading shape (one row: ``one_row``'s kernel)."""
+    if one_row.applies(x, q.shape[0], "int8") and scale.dtype == torch.float32:
+        return one_row.int8(x, q, scale)
     flat = x.reshape(-1, x.shape[-1])
     return torch.ops.aten._weight_int8pack_mm(flat, q, scale).reshape(*x.shape[:-1], q.shape[0])
 
@@ -45,6 +49,8 @@ def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.
 def int4_matmul(
     x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int
 ) -> torch.Tensor:
+    if one_row.applies(x, packed.shape[0], "int4") and scales_and_zeros.dtype == torch.float32:
+        return one_row.int4(x, packed, scales_and_zeros, group_size)
     flat = x.reshape(-1, x.shape[-1])
     out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, group_size, scales_and_zeros)
     return out.reshape(*x.shape[:-1], packed.shape[0])
