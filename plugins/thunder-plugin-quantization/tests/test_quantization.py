@@ -140,3 +140,23 @@ def test_skip_patterns_and_layers_that_cannot_be_quantized_are_reported():
 def test_a_wrong_group_size_is_a_clear_error():
     with pytest.raises(thunder_core.ConfigError, match="group_size must be one of"):
         thunder_core.jit(_model(), plugins=["quantize-int4"], options={"quantize-int4": {"group_size": 48}})
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (192, 128), (512, 256), (128, 512)])
+def test_one_row_kernels_read_the_packed_weights_like_the_aten_kernels(shape):
+    from thunder_plugin_quantization import one_row
+
+    if not one_row.AVAILABLE:
+        pytest.skip("numba is not installed: one row runs on the ATen kernels")
+    torch.manual_seed(0)
+    weight, x = torch.randn(shape), torch.randn(1, shape[1])
+    q, scale = kernels.quantize_int8(weight)
+    packed, scales_and_zeros = kernels.quantize_int4(weight, 64)
+    assert one_row.applies(x, shape[0], "int8") and one_row.applies(x, shape[0], "int4")
+    torch.testing.assert_close(
+        one_row.int8(x, q, scale), torch._weight_int8pack_mm(x, q, scale), rtol=1e-5, atol=1e-5
+    )
+    expected = torch._weight_int4pack_mm_for_cpu(x, packed, 64, scales_and_zeros)
+    torch.testing.assert_close(one_row.int4(x, packed, scales_and_zeros, 64), expected, rtol=1e-5, atol=1e-4)
+    assert not one_row.applies(x, 80, "int4")  # a partial block of 64 rows: the ATen kernel
+    assert not one_row.applies(torch.randn(2, shape[1]), shape[0], "int8")  # two rows: the ATen kernel
