@@ -1,6 +1,7 @@
 """litgpt 4-layer training step (forward + backward) on CPU: eager, torch.compile, thunder_core.
 
-torch.compile runs with its default backend (Inductor) and with ``backend="thunder_core"``.
+torch.compile runs with its default backend (Inductor) and with ``backend="thunder_core"``;
+``thunder_core[...]/checkpoint`` adds the activation-checkpointing plugin (policy ``blocks``).
 
 For each backend, in its own process: the first call (wrapping the model, capture/compile
 and one step; compile caches on disk as earlier runs left them), the median step time, and
@@ -32,6 +33,7 @@ BACKENDS = (
     "thunder_core[inductor]",
     "thunder_core[numba+inductor]",
     "thunder_core[inductor+numba]",
+    "thunder_core[inductor+numba]/checkpoint",
     "torch.compile(backend=thunder_core)",
 )
 BATCH, LENGTH = 4, 256
@@ -87,8 +89,13 @@ def measure(backend: str, steps: int, what: str, name: str = "litgpt") -> dict:
     elif backend.startswith("thunder_core"):
         import thunder_core
 
+        backend, _, plugins = backend.partition("/")  # ".../checkpoint": with that plugin
         executors = backend.removeprefix("thunder_core").strip("[]")
-        model = thunder_core.jit(model, executors=executors.split("+") if executors else [])
+        model = thunder_core.jit(
+            model,
+            executors=executors.split("+") if executors else [],
+            plugins=plugins.split("+") if plugins else None,
+        )
 
     def step():
         for p in model.parameters():

@@ -55,7 +55,7 @@ from thunder_core.ir.symbols import (
     Symbol,
     active_recorder,
 )
-from thunder_core.ir.trace import Trace
+from thunder_core.ir.trace import Trace, TrainingTraces
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.jit.extension import ModuleExtension
 from thunder_core.ops import prims as _prims
@@ -66,6 +66,7 @@ from thunder_core.plugins.hookspecs import STAGES, Availability
 from thunder_core.plugins.probes import availability, cuda_device, library
 from thunder_core.transforms.autocast import DEVICE_TYPES as AUTOCAST_DEVICE_TYPES
 from thunder_core.transforms.autocast import autocast_transform
+from thunder_core.transforms.rematerialize import recompute_in_backward
 from thunder_core.transforms.replay import replay
 
 #: The version of this surface: thunder-core's own version (major.minor).
@@ -96,6 +97,7 @@ __all__ = [
     "TensorProxy",
     "ThunderCoreError",
     "Trace",
+    "TrainingTraces",
     "WHOLE",
     "autocast_transform",
     "autograd_fallback",
@@ -108,6 +110,7 @@ __all__ = [
     "new_object_proxy",
     "new_tensor_proxy",
     "prim_symbols",
+    "recompute_in_backward",
     "register_vjp",
     "replay",
     "symbol_for",

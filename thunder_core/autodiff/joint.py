@@ -41,6 +41,7 @@ class Split:
     backward: Trace
     output_differentiable: list[bool]  # per flat output leaf
     output_structure: object  # the user output with leaves replaced by their flat index
+    names: dict = None  # a value's name in the given trace -> its name in the forward, where they differ
 
 
 def needs_grad(bsym: BoundSymbol) -> bool:
@@ -59,6 +60,7 @@ class _Replay:
         self.executors = list(executors)
         self.recorder = Recorder(namer, top_level=False)
         self.renamed: dict[int, object] = {}
+        self.names: dict[str, str] = {}
         self.steps: list[tuple[object, object]] = []
 
     def process(self, bsym: BoundSymbol, source) -> None:
@@ -99,6 +101,8 @@ class _Replay:
         for old, new in zip(leaves(bsym.output), leaves(out)):
             if isinstance(old, PROXY_TYPES) and old is not new:
                 self.renamed[id(old)] = new
+                if isinstance(new, PROXY_TYPES):
+                    self.names[old.name] = new.name
         self.steps.append((out, backward))
         return True
 
@@ -186,4 +190,4 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
         function_name="backward",
         provenance=Provenance("autodiff: backward", time.perf_counter() - start),
     )
-    return Split(forward, backward, differentiable, structure)
+    return Split(forward, backward, differentiable, structure, replay.names)

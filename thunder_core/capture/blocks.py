@@ -107,5 +107,12 @@ def inline_blocks(bound_symbols: list[BoundSymbol]) -> list[BoundSymbol]:
     return out
 
 
+def block_input_names(bound_symbols: list[BoundSymbol]) -> frozenset[str]:
+    """The names of the tensors that entered each recorded block call (the layers' inputs)."""
+    return frozenset(
+        p.name for b in bound_symbols if b.symbol.has_tag(BLOCK) for p in b.flat_args() if hasattr(p, "shape")
+    )
+
+
 def has_blocks(bound_symbols: list[BoundSymbol]) -> bool:
     return any(b.symbol.has_tag(BLOCK) for b in bound_symbols)

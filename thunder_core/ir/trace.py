@@ -74,3 +74,15 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"<Trace {self.provenance or ''}: {len(self.bound_symbols)} bound symbols>"
+
+
+@dataclass(eq=False)
+class TrainingTraces:
+    """What an ``after_split`` pass receives and returns: the forward trace (returning
+    ``(outputs, saved)``), the backward trace (taking ``(*saved, *grads)``), and the names of the
+    tensors that entered each call of a repeated block (a model's layers), for passes that work
+    per layer such as activation checkpointing."""
+
+    forward: Trace
+    backward: Trace
+    block_inputs: frozenset = frozenset()

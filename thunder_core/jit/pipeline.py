@@ -2,8 +2,8 @@
 
 Inference (no gradient needed): capture -> dce -> [after_capture passes] -> assign_executors
 -> [after_executors passes] -> delete_last_used. Training: capture -> dce -> [after_capture]
--> split into forward and backward -> [after_autodiff] -> rematerialize -> for each of the
-two: dce -> assign_executors -> [after_executors] -> delete_last_used; the pair runs inside
+-> split into forward and backward -> [after_autodiff] -> rematerialize -> [after_split]
+-> for each of the two: dce -> assign_executors -> [after_executors] -> delete_last_used; the pair runs inside
 one ``torch.autograd.Function``.
 
 A module's repeated blocks (``thunder_core.jit.blocks``): when capture recorded block calls and
@@ -21,10 +21,10 @@ import torch
 
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
-from thunder_core.capture.blocks import has_blocks
+from thunder_core.capture.blocks import block_input_names, has_blocks
 from thunder_core.executors.claiming import assign_executors
 from thunder_core.executors.failures import strictness
-from thunder_core.ir.trace import Provenance, Trace
+from thunder_core.ir.trace import Provenance, Trace, TrainingTraces
 from thunder_core.jit.autograd import TrainingProgram
 from thunder_core.jit.blocks import share_blocks, without_blocks
 from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled, autocast_transform
@@ -71,6 +71,18 @@ def _run_passes(trace: Trace, job, stage: str) -> list[Trace]:
         trace.provenance = Provenance(f"{name} ({stage})", time.perf_counter() - start)
         traces.append(trace)
     return traces
+
+
+def _run_split_passes(forward: Trace, backward: Trace, job, block_inputs=frozenset()) -> list[TrainingTraces]:
+    results = []
+    for fn, options, name in job.passes.get("after_split", []) if job is not None else []:
+        start = time.perf_counter()
+        pair = fn(TrainingTraces(forward, backward, block_inputs), options)
+        forward, backward = pair.forward, pair.backward
+        seconds = time.perf_counter() - start
+        forward.provenance = backward.provenance = Provenance(f"{name} (after_split)", seconds)
+        results.append(pair)
+    return results
 
 
 def _lower(trace: Trace, job) -> list[Trace]:
@@ -149,11 +161,13 @@ def compile_function(
             compiled = _compile_sharing_blocks(captured, flat, lifted, job)
             if compiled is not None:
                 return compiled
-        return _compile(flat, lifted, job, ambient)
+        return _compile(flat, lifted, job, ambient, block_inputs=block_input_names(captured.bound_symbols))
 
 
 def _has_passes(job) -> bool:
-    return job is not None and any(job.passes.get(stage) for stage in ("after_capture", "after_autodiff"))
+    return job is not None and any(
+        job.passes.get(stage) for stage in ("after_capture", "after_autodiff", "after_split")
+    )
 
 
 def _compile_sharing_blocks(captured: Trace, flat: Trace, lifted, job) -> Compiled | None:
@@ -192,7 +206,14 @@ def _compile_sharing_blocks(captured: Trace, flat: Trace, lifted, job) -> Compil
 
 
 def _compile(
-    captured: Trace, lifted, job, ambient, *, autodiff_fallback: bool = True, first: Trace | None = None
+    captured: Trace,
+    lifted,
+    job,
+    ambient,
+    *,
+    autodiff_fallback: bool = True,
+    first: Trace | None = None,
+    block_inputs: frozenset = frozenset(),
 ):
     traces = [captured] if first is None else [first, captured]
     if ambient:
@@ -217,6 +238,10 @@ def _compile(
             extra = _run_passes(forward, job, "after_autodiff")
             forward = extra[-1] if extra else forward
             forward, backward = rematerialize(forward, backward)
+            block_inputs = frozenset(split.names.get(name, name) for name in block_inputs)
+            split_traces = _run_split_passes(forward, backward, job, block_inputs)
+            if split_traces:
+                forward, backward = split_traces[-1].forward, split_traces[-1].backward
             forward_traces, backward_traces = _lower(forward, job), _lower(backward, job)
             program = TrainingProgram(
                 forward_traces[-1].python_callable(),
@@ -229,8 +254,8 @@ def _compile(
                 program = _with_grad_enabled(program)
             return Compiled(
                 _with_lifted(program, lifted),
-                [*traces, split.forward, *extra, *forward_traces],
-                [split.backward, *backward_traces],
+                [*traces, split.forward, *extra, *(t.forward for t in split_traces), *forward_traces],
+                [split.backward, *(t.backward for t in split_traces), *backward_traces],
                 notes,
             )
     traces += _lower(prepared, job)

@@ -24,7 +24,7 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 #: Pipeline stages a transform pass can be added at, in order.
-STAGES = ("after_capture", "after_autodiff", "after_executors")
+STAGES = ("after_capture", "after_autodiff", "after_split", "after_executors")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,10 @@ def thunder_core_register_passes(register) -> None:
     """Add transform passes: ``register(stage, pass_fn, name=None)``.
 
     ``stage`` is one of ``STAGES``; ``pass_fn(trace, options) -> trace`` receives this
-    plugin's options (a dict, see ``thunder_core_declare_options``).
+    plugin's options (a dict, see ``thunder_core_declare_options``). ``after_autodiff`` passes
+    see the forward trace of a training program; ``after_split`` passes see and return both
+    halves as a ``thunder_core.extend.TrainingTraces`` (after rematerialization, before
+    lowering), to change what the forward saves and the backward recomputes.
     """
 
 

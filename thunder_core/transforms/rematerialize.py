@@ -103,3 +103,100 @@ def _before_first_use(recomputed: list, bsyms: list, output) -> list:
         result.append(bsym)
     place(x for x in leaves(output) if isinstance(x, TensorProxy))
     return result
+
+
+def recompute_in_backward(forward: Trace, backward: Trace, keep) -> tuple[Trace, Trace]:
+    """Save only what ``keep`` says and recompute the rest of the saved values in the backward.
+
+    ``keep(proxy, producer)`` decides for each tensor the backward reads from the forward (and
+    for the values those are recomputed from): True saves it, False recomputes it from its
+    producer's inputs, each recomputed op placed just before the first backward op reading it.
+    Forward inputs are always available; the outputs of random, in-place and handle-producing
+    ops are always saved (recomputing them would draw other numbers or repeat a side effect).
+    Activation checkpointing is this with a policy for ``keep``.
+    """
+    start = time.perf_counter()
+    outputs, saved = forward.output
+    producers, position = {}, {}
+    for i, bsym in enumerate(forward.bound_symbols):
+        for p in bsym.flat_outputs():
+            producers[p.name] = bsym
+        position[id(bsym)] = i
+    inputs = {p.name for p in forward.inputs}
+    new_saved, saved_names, recomputed, seen = [], set(), [], set()
+
+    def save(proxy) -> None:
+        if proxy.name not in saved_names:
+            saved_names.add(proxy.name)
+            new_saved.append(proxy)
+
+    stack = list(reversed(saved))
+    while stack:  # iterative: a chain of recomputed ops can be as long as the forward
+        proxy = stack.pop()
+        if not isinstance(proxy, TensorProxy) or proxy.name in inputs:
+            save(proxy)
+            continue
+        bsym = producers.get(proxy.name)
+        if bsym is None or _must_save(bsym) or keep(proxy, bsym):
+            save(proxy)
+            continue
+        if id(bsym) in seen:
+            continue
+        seen.add(id(bsym))
+        recomputed.append(bsym)
+        stack.extend(reversed(bsym.flat_args()))
+    if not recomputed:
+        return forward, backward
+    recomputed.sort(key=lambda b: position[id(b)])
+    grads = backward.inputs[len(saved) :]
+    seconds = time.perf_counter() - start
+    new_forward = Trace(
+        inputs=forward.inputs,
+        bound_symbols=forward.bound_symbols,
+        output=(outputs, tuple(new_saved)),
+        function_name=forward.function_name,
+        provenance=Provenance("recompute in backward", seconds),
+    )
+    new_backward = Trace(
+        inputs=[*new_saved, *grads],
+        bound_symbols=_placed_before_use(recomputed, backward.bound_symbols, backward.output),
+        output=backward.output,
+        function_name=backward.function_name,
+        provenance=Provenance("recompute in backward", seconds),
+    )
+    return new_forward, new_backward
+
+
+def _must_save(bsym) -> bool:
+    symbol = bsym.symbol
+    if symbol.has_tag(INPLACE) or symbol.has_tag(RANDOM):
+        return True
+    return any(not isinstance(p, TensorProxy) for p in bsym.flat_outputs())
+
+
+def _placed_before_use(recomputed: list, bsyms: list, output) -> list:
+    """Like ``_before_first_use``, without recursion (``recomputed`` is in forward order)."""
+    producer = {p.name: b for b in recomputed for p in b.flat_outputs()}
+    placed: set[int] = set()
+    result: list = []
+
+    def place(reads) -> None:
+        stack = [(producer[p.name], False) for p in reads if p.name in producer]
+        stack.reverse()
+        while stack:
+            bsym, ready = stack.pop()
+            if id(bsym) in placed:
+                continue
+            if ready:
+                placed.add(id(bsym))
+                result.append(bsym)
+                continue
+            stack.append((bsym, True))
+            deps = [producer[p.name] for p in bsym.flat_args() if p.name in producer]
+            stack.extend((d, False) for d in reversed(deps) if id(d) not in placed)
+
+    for bsym in bsyms:
+        place(bsym.flat_args())
+        result.append(bsym)
+    place(x for x in leaves(output) if isinstance(x, TensorProxy))
+    return result
