@@ -235,6 +235,37 @@ def thunder_core_register_module_transform(register):
     register(prepare, name="scale")
 """
 
+PLUGIN_EXECUTOR = """
+import torch
+from thunder_core.plugins import hookimpl
+
+CALLS = []
+
+
+@hookimpl
+def thunder_core_declare_options(declare):
+    declare("scale", float, 1.0, "what the plugin's mul multiplies its result by")
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import OperatorExecutor
+
+    class Scaling(OperatorExecutor):
+        def with_options(self, options):
+            executor = Scaling(f"pluginexec")
+            scale = options["scale"]
+
+            def mul(a, b):
+                CALLS.append(scale)
+                return torch.mul(a, b)
+
+            executor.register_implementation(torch.mul, mul)
+            return executor
+
+    register(Scaling("pluginexec"))
+"""
+
 LATE_PROBE = """
 import os
 from thunder_core.plugins import Availability, hookimpl
@@ -361,6 +392,14 @@ PACKAGES = [
         "weightscale",
         "tc_weightscale",
         {"tc_weightscale/__init__.py": MODULE_PLUGIN},
+        [],
+    ),
+    (
+        "tc-pluginexec",
+        "plugins",
+        "pluginexec",
+        "tc_pluginexec",
+        {"tc_pluginexec/__init__.py": PLUGIN_EXECUTOR},
         [],
     ),
     ("tc-lateprobe", "plugins", "lateprobe", "tc_lateprobe", {"tc_lateprobe/__init__.py": LATE_PROBE}, []),

@@ -68,6 +68,7 @@ EXPECTED = {
     "optex": ("available", ""),
     "goodplugin": ("available", ""),
     "weightscale": ("available", ""),
+    "pluginexec": ("available", ""),
     "failtransform": ("available", ""),
     "lateprobe": ("unavailable", "the late resource is not ready"),
     "brokenimport": ("broken", "ModuleNotFoundError at import: No module named 'not_a_real_dependency_xyz'"),
@@ -285,6 +286,24 @@ def test_a_module_transform_prepares_the_module_and_its_extension_shapes_the_tra
     torch.testing.assert_close(jm(x), scaled(model, x))
     info = thunder_core.cache_info(jm)
     assert info.entries == 2 and "weightscale: scaling -> paused" in info.reasons[1]
+
+
+def test_an_executor_a_selected_plugin_registers_claims_first_with_the_plugins_options():
+    plugin = importlib.import_module("tc_pluginexec")
+
+    def f(a, b):
+        return torch.mul(a, b) + 1
+
+    a, b = torch.randn(4), torch.randn(4)
+    jfn = thunder_core.jit(
+        f, executors=["torch"], plugins=["pluginexec"], options={"pluginexec": {"scale": 2.0}}
+    )
+    torch.testing.assert_close(jfn(a, b), a * b + 1)
+    assert plugin.CALLS == [2.0]  # it ran, configured with this job's options
+    assert "pluginexec" in str(thunder_core.explain(jfn))
+    plugin.CALLS.clear()
+    torch.testing.assert_close(thunder_core.jit(f, executors=["torch"])(a, b), a * b + 1)
+    assert not plugin.CALLS  # not selected: not used
 
 
 def test_no_sync_without_a_synchronizing_plugin_changes_nothing():

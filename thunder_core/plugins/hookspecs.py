@@ -59,7 +59,9 @@ def thunder_core_probe() -> Availability:
 def thunder_core_register_executor(register) -> None:
     """Create your executor(s) and call ``register(executor)`` for each.
 
-    Called only when the plugin is available and selected: heavy imports belong here.
+    Called only when the plugin is available and selected: heavy imports belong here. An
+    executor registered by a transform plugin (group ``thunder_core.plugins``) claims before
+    every other executor of the jobs that select the plugin.
     """
 
 

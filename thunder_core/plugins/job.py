@@ -117,6 +117,12 @@ def build_job(config: JobConfig) -> Job:
         if name in config.disabled:
             continue
         plugin_infos.append(manager.require(name))
+    # Executors a selected plugin registers (the fp8 plugin's FP8 linear) claim first.
+    brought = [e.with_options(_options_for(info, config)) for info in plugin_infos for e in info.executors]
+    job.executors = [*brought, *job.executors]
+    for info in plugin_infos:
+        for executor in info.executors:
+            job.executor_options[executor.name] = _options_for(info, config)
     for info in loaded:
         for executor in info.executors:
             job.executor_options[executor.name] = _options_for(info, config)  # also passed to fusion passes
