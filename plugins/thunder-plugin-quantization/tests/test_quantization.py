@@ -160,3 +160,16 @@ def test_one_row_kernels_read_the_packed_weights_like_the_aten_kernels(shape):
     torch.testing.assert_close(one_row.int4(x, packed, scales_and_zeros, 64), expected, rtol=1e-5, atol=1e-4)
     assert not one_row.applies(x, 80, "int4")  # a partial block of 64 rows: the ATen kernel
     assert not one_row.applies(torch.randn(2, shape[1]), shape[0], "int8")  # two rows: the ATen kernel
+
+
+def test_layers_on_a_device_without_the_kernels_stay_float_with_the_reason():
+    from thunder_plugin_quantization.quantize import quantize_module
+
+    for kind, options, reason in (
+        ("int8", {"skip": []}, "no _weight_int8pack_mm kernel"),
+        ("int4", {"skip": [], "group_size": 64}, "int4 runs on PyTorch's CPU kernel only"),
+    ):
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64)).to("meta")
+        extension = quantize_module(model, kind, options)
+        assert extension.report.quantized == [] and reason in extension.report.skipped["0"]
+        assert isinstance(model[0].weight, torch.nn.Parameter)  # left as it was

@@ -68,6 +68,11 @@ def _shared(module: nn.Module) -> set[int]:
     return shared
 
 
+def _has_kernel(op: str, device: torch.device) -> bool:
+    key = {"cuda": "CUDA", "cpu": "CPU", "mps": "MPS"}.get(device.type)
+    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
+
+
 def _why_not(
     name: str, layer: nn.Linear, kind: str, group_size: int, skip: list[str], shared: set[int]
 ) -> str | None:
@@ -81,7 +86,10 @@ def _why_not(
     if weight.dtype not in (torch.float32, torch.bfloat16):
         return f"weight dtype {weight.dtype} (float32 and bfloat16 are quantized)"
     if weight.device.type != "cpu":
-        return f"weight on {weight.device}: the low-bit kernels used here are PyTorch's CPU kernels"
+        if kind == "int4":
+            return f"weight on {weight.device}: int4 runs on PyTorch's CPU kernel only in this version"
+        if not _has_kernel("aten::_weight_int8pack_mm", weight.device):
+            return f"weight on {weight.device}: this torch has no _weight_int8pack_mm kernel for it"
     if kind == "int4" and layer.in_features % group_size:
         return f"in_features {layer.in_features} is not a multiple of group_size {group_size}"
     return None
