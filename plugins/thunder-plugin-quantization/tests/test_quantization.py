@@ -167,9 +167,19 @@ def test_layers_on_a_device_without_the_kernels_stay_float_with_the_reason():
 
     for kind, options, reason in (
         ("int8", {"skip": []}, "no _weight_int8pack_mm kernel"),
-        ("int4", {"skip": [], "group_size": 64}, "int4 runs on PyTorch's CPU kernel only"),
+        ("int4", {"skip": [], "group_size": 64}, "no _weight_int4pack_mm kernel"),
     ):
         model = torch.nn.Sequential(torch.nn.Linear(64, 64)).to("meta")
         extension = quantize_module(model, kind, options)
         assert extension.report.quantized == [] and reason in extension.report.skipped["0"]
         assert isinstance(model[0].weight, torch.nn.Parameter)  # left as it was
+
+
+def test_the_packing_check_of_the_cuda_path_accepts_a_right_packing_and_refuses_a_wrong_one():
+    """The check the CUDA int4 path runs on every layer before using it, exercised with the CPU layout."""
+    torch.manual_seed(0)
+    weight, other = torch.randn(128, 128), torch.randn(128, 128)
+    packed, scales_and_zeros = kernels.quantize_int4(weight, 64)
+    assert kernels.check_int4_cuda(weight, packed, scales_and_zeros, 64)
+    wrong, _ = kernels.quantize_int4(other, 64)
+    assert not kernels.check_int4_cuda(weight, wrong, scales_and_zeros, 64)

@@ -26,15 +26,8 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    n, k = weight.shape
-    groups = weight.float().reshape(n, k // group_size, group_size)
-    low = groups.amin(dim=-1, keepdim=True)
-    high = groups.amax(dim=-1, keepdim=True)
-    scale = (high - low).clamp_min(1e-6) / 15
-    zero = low + 8 * scale
-    q = torch.clamp(torch.round((groups - low) / scale), 0, 15).to(torch.int32).reshape(n, k)
+    q, scales_and_zeros = _int4_groups(weight, group_size)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
-    scales_and_zeros = torch.stack([scale.squeeze(-1), zero.squeeze(-1)], dim=-1).transpose(0, 1).contiguous()
     return packed, scales_and_zeros.to(weight.dtype)
 
 
@@ -49,11 +42,52 @@ def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.
 def int4_matmul(
     x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int
 ) -> torch.Tensor:
-    if one_row.applies(x, packed.shape[0], "int4") and scales_and_zeros.dtype == torch.float32:
+    """``x @ dequantized.T`` on the packed int4 weight: the CPU layout or the CUDA one."""
+    rows = scales_and_zeros.shape[1]
+    if one_row.applies(x, rows, "int4") and scales_and_zeros.dtype == torch.float32:
         return one_row.int4(x, packed, scales_and_zeros, group_size)
     flat = x.reshape(-1, x.shape[-1])
-    out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, group_size, scales_and_zeros)
-    return out.reshape(*x.shape[:-1], packed.shape[0])
+    if packed.device.type == "cpu":
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, group_size, scales_and_zeros)
+    else:
+        out = torch.ops.aten._weight_int4pack_mm(flat, packed, group_size, scales_and_zeros)
+    return out.reshape(*x.shape[:-1], rows)
+
+
+def _int4_groups(weight: torch.Tensor, group_size: int):
+    n, k = weight.shape
+    groups = weight.float().reshape(n, k // group_size, group_size)
+    low = groups.amin(dim=-1, keepdim=True)
+    high = groups.amax(dim=-1, keepdim=True)
+    scale = (high - low).clamp_min(1e-6) / 15
+    q = torch.clamp(torch.round((groups - low) / scale), 0, 15).to(torch.int32).reshape(n, k)
+    zero = low + 8 * scale
+    scales_and_zeros = torch.stack([scale.squeeze(-1), zero.squeeze(-1)], dim=-1).transpose(0, 1).contiguous()
+    return q, scales_and_zeros
+
+
+@torch.no_grad()
+def quantize_int4_cuda(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CUDA layout: two values per byte (even input features in the high nibble) converted
+    by ``_convert_weight_to_int4pack``; bfloat16 scales and zeros. ``check_int4_cuda`` verifies it."""
+    q, scales_and_zeros = _int4_groups(weight, group_size)
+    k = weight.shape[1]
+    inner_k_tiles = 8 if k % 128 == 0 else 4 if k % 64 == 0 else 2
+    pairs = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)
+    packed = torch.ops.aten._convert_weight_to_int4pack(pairs.contiguous(), inner_k_tiles)
+    return packed, scales_and_zeros.to(torch.bfloat16)
+
+
+@torch.no_grad()
+def check_int4_cuda(weight: torch.Tensor, packed, scales_and_zeros, group_size: int) -> bool:
+    """The CUDA kernel applied to the identity gives the dequantized weight (a packing mistake
+    would otherwise be a silent wrong result)."""
+    q, sz = _int4_groups(weight, group_size)
+    n, k = weight.shape
+    expected = ((q.reshape(n, k // group_size, group_size).float() - 8) * sz[..., 0].t()[..., None]
+                + sz[..., 1].t()[..., None]).reshape(n, k)  # fmt: skip
+    got = dequantize_int4(packed, scales_and_zeros, group_size, k).float()
+    return bool(torch.allclose(got, expected.to(torch.bfloat16).float(), rtol=2e-2, atol=2e-2))
 
 
 def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

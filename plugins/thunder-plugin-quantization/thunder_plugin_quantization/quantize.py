@@ -86,10 +86,15 @@ def _why_not(
     if weight.dtype not in (torch.float32, torch.bfloat16):
         return f"weight dtype {weight.dtype} (float32 and bfloat16 are quantized)"
     if weight.device.type != "cpu":
-        if kind == "int4":
-            return f"weight on {weight.device}: int4 runs on PyTorch's CPU kernel only in this version"
-        if not _has_kernel("aten::_weight_int8pack_mm", weight.device):
-            return f"weight on {weight.device}: this torch has no _weight_int8pack_mm kernel for it"
+        op = "aten::_weight_int8pack_mm" if kind == "int8" else "aten::_weight_int4pack_mm"
+        if weight.device.type != "cuda" or not _has_kernel(op, weight.device):
+            return f"weight on {weight.device}: this torch has no {op.removeprefix('aten::')} kernel for it"
+        if kind == "int4" and (
+            weight.dtype != torch.bfloat16 or layer.in_features % 32 or layer.out_features % 8
+        ):
+            return (
+                "int4 on CUDA takes bfloat16 weights with in_features a multiple of 32 and out_features of 8"
+            )
     if kind == "int4" and layer.in_features % group_size:
         return f"in_features {layer.in_features} is not a multiple of group_size {group_size}"
     return None
@@ -111,13 +116,25 @@ def quantize_module(module: nn.Module, kind: str, options: dict) -> QuantizedMod
             report.skipped[name] = reason
             continue
         weight = layer.weight.detach()
+        layer_requires_grad = layer.weight.requires_grad
         del layer._parameters["weight"]
         if kind == "int8":
             q, scale = kernels.quantize_int8(weight)
             layer.register_buffer("weight", q)
             layer.register_buffer("weight_scale", scale)
         else:
-            packed, scales_and_zeros = kernels.quantize_int4(weight, group_size)
+            if weight.device.type == "cpu":
+                packed, scales_and_zeros = kernels.quantize_int4(weight, group_size)
+            else:
+                packed, scales_and_zeros = kernels.quantize_int4_cuda(weight, group_size)
+                if not kernels.check_int4_cuda(weight, packed, scales_and_zeros, group_size):
+                    layer.register_parameter(
+                        "weight", nn.Parameter(weight, requires_grad=layer_requires_grad)
+                    )
+                    report.skipped[name] = (
+                        "the CUDA int4 kernel did not reproduce the weight (packing check failed)"
+                    )
+                    continue
             layer.register_buffer("weight", packed)
             layer.register_buffer("weight_scales_and_zeros", scales_and_zeros)
         in_features[name] = layer.in_features

@@ -22,7 +22,7 @@ def _dequantize_int8_meta(q, scale):
 
 
 def _dequantize_int4_meta(packed, scales_and_zeros, group_size: int, in_features: int):
-    return new_tensor_proxy((packed.shape[0], in_features), scales_and_zeros.dtype, packed.device)
+    return new_tensor_proxy((scales_and_zeros.shape[1], in_features), scales_and_zeros.dtype, packed.device)
 
 
 dequantize_int8 = Symbol(
@@ -82,7 +82,7 @@ int4_linear = Symbol(
     "quant_int4_linear",
     _int4_linear,
     "quant_int4_linear",
-    meta=lambda x, packed, sz, group_size, in_features, bias=None: _linear_meta(x, packed.shape[0], bias),
+    meta=lambda x, packed, sz, group_size, in_features, bias=None: _linear_meta(x, sz.shape[1], bias),
     vjp=_int4_vjp,
 )
 
