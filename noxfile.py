@@ -7,6 +7,7 @@ Every install goes through constraints.txt so that no session pulls the CUDA bui
     nox -s docs         # the docs site, warnings as errors
     nox -s demo         # examples/demo.py
     nox -s bench        # benchmarks/
+    nox -s gpu-host-checks   # GPU code checked without a GPU (CUDA sources compiled with nvcc)
     nox -l              # also lists one session per executor and plugin package
 """
 
@@ -61,6 +62,16 @@ def bench(session: nox.Session) -> None:
     _install_core(session)
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         session.run("python", str(script))
+
+
+@nox.session(name="gpu-host-checks")
+def gpu_host_checks(session: nox.Session) -> None:
+    """The checks of GPU code that need no GPU: every CUDA kernel the CuPy executor generates for a
+    litgpt training step (and its RawKernel softmax) compiled with nvcc for sm_80 and sm_90."""
+    _install_core(session)
+    session.install(*CONSTRAINTS, "-e", "executors/thunder-executor-cupy[test]", "litgpt")
+    folder = ROOT / "executors" / "thunder-executor-cupy" / "tests"
+    session.run("pytest", "-q", str(folder / "test_cuda_sources.py"), str(folder / "test_cupy.py"), "-k", "nvcc or kernel")
 
 
 def _package_sessions(kind: str) -> None:

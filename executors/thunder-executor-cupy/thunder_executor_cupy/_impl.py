@@ -15,14 +15,12 @@ from thunder_core import FusionExecutor, OperatorExecutor, RegionNotSupported, R
 from thunder_core.extend import TensorProxy, get_symbol, leaves, prim_symbols
 from thunder_executor_cupy.codegen import (
     C_TYPES,
+    ELEMENTWISE_OPS,
     SOFTMAX_SOURCE,
     SUPPORTED,
     elementwise_kernel_spec,
     softmax_checker,
 )
-
-ELEMENTWISE_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt",
-                   "gelu", "silu", "relu", "where", "pow", "maximum", "minimum")  # fmt: skip
 
 
 def _check_tensors(bsym) -> bool | Rejection:

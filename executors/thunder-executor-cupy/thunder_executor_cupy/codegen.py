@@ -14,6 +14,9 @@ import torch
 
 from thunder_core.extend import RegionNotSupported, TensorProxy, flatten_to_prims
 
+# The torch-level ops the executor claims whole (their decompositions into SUPPORTED prims fuse).
+ELEMENTWISE_OPS = ("add", "sub", "mul", "div", "neg", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt",
+                   "gelu", "silu", "relu", "where", "pow", "maximum", "minimum")  # fmt: skip
 C_TYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64", torch.bool: "bool"}
 C_NAMES = {torch.float32: "float", torch.float16: "float16", torch.float64: "double", torch.bool: "bool"}
 
