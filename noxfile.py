@@ -71,7 +71,14 @@ def gpu_host_checks(session: nox.Session) -> None:
     _install_core(session)
     session.install(*CONSTRAINTS, "-e", "executors/thunder-executor-cupy[test]", "litgpt")
     folder = ROOT / "executors" / "thunder-executor-cupy" / "tests"
-    session.run("pytest", "-q", str(folder / "test_cuda_sources.py"), str(folder / "test_cupy.py"), "-k", "nvcc or kernel")
+    session.run(
+        "pytest",
+        "-q",
+        str(folder / "test_cuda_sources.py"),
+        str(folder / "test_cupy.py"),
+        "-k",
+        "nvcc or kernel",
+    )
 
 
 def _package_sessions(kind: str) -> None:
