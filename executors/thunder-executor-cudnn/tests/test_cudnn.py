@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from thunder_executor_cudnn import problems
-from thunder_executor_cudnn.checks import sdpa_checker
+from thunder_executor_cudnn.checks import sdpa_checker, sdpa_stats_arguments
 
 import thunder_core
 from thunder_core.extend import TensorProxy
@@ -95,6 +95,14 @@ def test_a_gradient_in_another_layout_is_copied_into_the_outputs_layout():
     assert fixed.stride() == out.stride()
     torch.testing.assert_close(fixed, grad)
     assert in_layout_of(out, out) is out
+
+
+def test_the_statistics_switch_follows_the_installed_frontend():
+    # cudnn-frontend 1.13 replaced is_inference with generate_stats, which means the opposite.
+    assert sdpa_stats_arguments("1.12.1", training=True) == {"is_inference": False}
+    assert sdpa_stats_arguments("1.12.1", training=False) == {"is_inference": True}
+    assert sdpa_stats_arguments("1.13.0", training=True) == {"generate_stats": True}
+    assert sdpa_stats_arguments("1.16.0", training=False) == {"generate_stats": False}
 
 
 def test_probe_agrees_with_an_independent_look_at_this_machine():

@@ -8,13 +8,16 @@ backward graph.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import math
 
 import cudnn
 import torch
 
 from thunder_core.extend import OperatorExecutor, Symbol, get_symbol, new_tensor_proxy
-from thunder_executor_cudnn.checks import in_layout_of, sdpa_checker
+from thunder_executor_cudnn.checks import in_layout_of, sdpa_checker, sdpa_stats_arguments
+
+_FRONTEND_VERSION = importlib.metadata.version("nvidia-cudnn-frontend")
 
 _CUDNN_TYPES = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16}
 
@@ -47,8 +50,8 @@ def _forward_graph(q_layout, k_layout, v_layout, dtype, device_index, scale, cau
     graph = _graph(dtype, device_index)
     q, k, v = (graph.tensor(name=n, dim=list(s), stride=list(st), data_type=_CUDNN_TYPES[dtype])
                for n, (s, st) in zip("qkv", (q_layout, k_layout, v_layout)))  # fmt: skip
-    o, stats = graph.sdpa(name="sdpa", q=q, k=k, v=v, is_inference=not training, attn_scale=scale,
-                          use_causal_mask=causal)  # fmt: skip
+    o, stats = graph.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=scale, use_causal_mask=causal,
+                          **sdpa_stats_arguments(_FRONTEND_VERSION, training))  # fmt: skip
     o.set_output(True).set_dim(list(q_layout[0])).set_stride(list(q_layout[1]))
     if training:
         stats.set_output(True).set_data_type(cudnn.data_type.FLOAT)

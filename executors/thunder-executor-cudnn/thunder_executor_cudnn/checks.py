@@ -52,3 +52,16 @@ def in_layout_of(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return tensor
     out = torch.empty_strided(like.shape, like.stride(), dtype=tensor.dtype, device=tensor.device)
     return out.copy_(tensor)
+
+
+def sdpa_stats_arguments(frontend_version: str, training: bool) -> dict:
+    """How ``graph.sdpa`` is told whether to produce the softmax statistics the backward needs.
+
+    cudnn-frontend 1.13 introduced ``generate_stats`` and deprecated ``is_inference``, which
+    means the opposite; older releases know only ``is_inference``.
+    """
+    from packaging.version import Version
+
+    if Version(frontend_version) >= Version("1.13"):
+        return {"generate_stats": training}
+    return {"is_inference": not training}
