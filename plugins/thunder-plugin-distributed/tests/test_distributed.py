@@ -33,6 +33,7 @@ SCENARIOS = [
     "ddp_tied",
     "fsdp_tied",
     "ddp_from_environment",
+    "fsdp_clipped",
 ]
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -102,6 +103,17 @@ def test_shared_frozen_and_scalar_parameters_and_buffers(runs, single_process_ti
     assert result["params"]["head.weight"] is not None
     torch.testing.assert_close(result["params"]["head.weight"], result["params"]["embedding.weight"])
     torch.testing.assert_close(result["logits"], single_process_tied["logits"], **TOLERANCE)
+
+
+def test_fsdp_gradient_clipping_uses_the_norm_of_the_whole_gradient(runs):
+    sys.path.insert(0, str(HERE))
+    try:
+        import worker
+    finally:
+        sys.path.remove(str(HERE))
+    result = runs["fsdp_clipped"]
+    assert all(norm > worker.CLIP for norm in result["norms"])  # clipping happened at every step
+    _assert_same_training(result, worker.reference(clip=worker.CLIP))
 
 
 def test_the_plugin_is_chosen_by_the_environment(runs, single_process):

@@ -94,7 +94,10 @@ def reference_tied() -> dict:
     }
 
 
-def reference(steps: int = STEPS) -> dict:
+CLIP = 0.5  # below the gradients' norm here, so clipping changes every step
+
+
+def reference(steps: int = STEPS, clip: float | None = None) -> dict:
     """The single-process run over the global batch, in eager PyTorch."""
     model = build_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
@@ -102,6 +105,8 @@ def reference(steps: int = STEPS) -> dict:
     for tokens in batches()[:steps]:
         loss = loss_of(model, tokens)
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
@@ -119,7 +124,9 @@ def _mean_over_ranks(value: float) -> float:
     return t.item() / dist.get_world_size()
 
 
-def _train(model, optimizer, *, accumulate: int = 1, steps: int = STEPS, first_batch: int = 0) -> list[float]:
+def _train(
+    model, optimizer, *, accumulate: int = 1, steps: int = STEPS, first_batch: int = 0, clip=None
+) -> list[float]:
     losses = []
     for tokens in batches()[first_batch : first_batch + steps]:
         local = _local(tokens)
@@ -131,6 +138,8 @@ def _train(model, optimizer, *, accumulate: int = 1, steps: int = STEPS, first_b
                 loss = loss_of(model, part) / accumulate
                 loss.backward()
             total += loss.item()
+        if clip is not None:
+            clip(model)
         optimizer.step()
         optimizer.zero_grad()
         losses.append(_mean_over_ranks(total))
@@ -199,6 +208,17 @@ def scenario_fsdp(zero: int = 3, optimizer_first: bool = False) -> dict:
         "parameter_elements": (_parameter_elements(jitted), full_elements),
         "optimizer_elements": _optimizer_elements(optimizer),
     }
+
+
+def scenario_fsdp_clipped() -> dict:
+    """Gradient clipping by the norm of the whole gradient, of which each rank holds shards."""
+    from thunder_plugin_distributed import clip_grad_norm_, full_state_dict
+
+    jitted = thunder_core.jit(build_model(), plugins=["fsdp"])
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    norms = []
+    losses = _train(jitted, optimizer, clip=lambda m: norms.append(float(clip_grad_norm_(m, CLIP))))
+    return {"losses": losses, "params": full_state_dict(jitted), "norms": norms}
 
 
 def scenario_fsdp_zero2() -> dict:

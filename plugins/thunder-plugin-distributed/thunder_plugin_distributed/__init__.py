@@ -11,6 +11,6 @@ or select the plugin by configuration (``THUNDER_CORE_PLUGINS=ddp``). See docs/d
 from __future__ import annotations
 
 from thunder_plugin_distributed.checkpoint import load_optimizer_state_dict, optimizer_state_dict
-from thunder_plugin_distributed.fsdp import full_state_dict
+from thunder_plugin_distributed.fsdp import clip_grad_norm_, full_state_dict
 
-__all__ = ["full_state_dict", "load_optimizer_state_dict", "optimizer_state_dict"]
+__all__ = ["clip_grad_norm_", "full_state_dict", "load_optimizer_state_dict", "optimizer_state_dict"]

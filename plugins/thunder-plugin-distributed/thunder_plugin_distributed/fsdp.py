@@ -206,3 +206,43 @@ def full_state_dict(jitted_module) -> dict[str, torch.Tensor]:
                     state[key] = extension.full_parameter(value, info)
             return state
     return jitted_module.state_dict()
+
+
+@torch.no_grad()
+def clip_grad_norm_(jitted_module, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for a jitted module under ``fsdp`` (or ``ddp``, or none).
+
+    Under ``fsdp`` each rank holds only its shards' gradients, so PyTorch's function on
+    ``parameters()`` would clip by the norm of this rank's part: a different result on every rank.
+    This one sums the shards' contributions across ranks (padding rows hold zero gradients), so
+    every rank clips by the norm of the whole gradient. Returns that total norm.
+    """
+    params = [p for p in unique_tensors(jitted_module.parameters()) if p.grad is not None]
+    fsdp = next((e for e in getattr(jitted_module, "extensions", ()) if isinstance(e, FSDPExtension)), None)
+    if fsdp is None:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+    sharded = {id(p) for p in fsdp.module.parameters() if p.dim() > 0}
+    norm_type = float(norm_type)
+    if not params:
+        return torch.tensor(0.0)
+    device = params[0].grad.device
+    if norm_type == float("inf"):
+        local = max((p.grad.abs().max() for p in params), default=torch.tensor(0.0, device=device)).float()
+        dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group_of(fsdp.group))
+        total = local
+    else:
+        local = torch.zeros((), dtype=torch.float64, device=device)
+        replicated = torch.zeros((), dtype=torch.float64, device=device)
+        for p in params:
+            part = p.grad.double().norm(norm_type) ** norm_type
+            if id(p) in sharded:
+                local += part
+            else:
+                replicated += part  # the same on every rank: counted once
+        dist.all_reduce(local, group=group_of(fsdp.group))
+        total = (local + replicated) ** (1.0 / norm_type)
+    scale = max_norm / (float(total) + 1e-6)
+    if scale < 1.0:
+        for p in params:
+            p.grad.mul_(scale)
+    return total.float()
