@@ -7,7 +7,8 @@ Every install goes through constraints.txt so that no session pulls the CUDA bui
     nox -s docs         # the docs site, warnings as errors
     nox -s demo         # examples/demo.py
     nox -s bench        # benchmarks/
-    nox -s gpu-host-checks   # GPU code checked without a GPU (CUDA sources compiled with nvcc)
+    nox -s gpu-host-checks        # GPU code checked without a GPU (CUDA sources compiled with nvcc)
+    nox -s gpu-host-checks-cuda   # with a CUDA build of torch, no GPU: cuDNN graphs validated
     nox -l              # also lists one session per executor and plugin package
 """
 
@@ -79,6 +80,16 @@ def gpu_host_checks(session: nox.Session) -> None:
         "-k",
         "nvcc or kernel",
     )
+
+
+@nox.session(name="gpu-host-checks-cuda")
+def gpu_host_checks_cuda(session: nox.Session) -> None:
+    """The checks that need a CUDA build of torch (about 5.5 GB, in this session's own environment,
+    never the default one) but no GPU: the cudnn executor's SDPA graphs described and validated by
+    the installed cudnn-frontend."""
+    session.install("torch==2.14.1")  # PyPI's CUDA build: no CPU index, no constraints file here
+    session.install("-e", ".", "-e", "executors/thunder-executor-cudnn[test]", "nvidia-cudnn-frontend>=1.13")
+    session.run("pytest", "-q", "-rs", "executors/thunder-executor-cudnn/tests")
 
 
 def _package_sessions(kind: str) -> None:

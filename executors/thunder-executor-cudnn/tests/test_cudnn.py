@@ -107,3 +107,33 @@ def test_the_statistics_switch_follows_the_installed_frontend():
 
 def test_probe_agrees_with_an_independent_look_at_this_machine():
     check_probe_against_machine("cudnn", ["cudnn"], "nvidia-cudnn-frontend is not installed")
+
+
+def _frontend_problem() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("cudnn") is None:
+        return "nvidia-cudnn-frontend is not installed (nox -s gpu-host-checks installs it with a CUDA build of torch)"
+    try:
+        import cudnn  # noqa: F401 - loads the cuDNN library
+    except Exception as error:  # noqa: BLE001 - a CPU-only torch has no cuDNN library to load
+        return f"the cuDNN library does not load here: {error}"
+    return None
+
+
+@pytest.mark.skipif(_frontend_problem() is not None, reason=str(_frontend_problem()))
+@pytest.mark.parametrize("training", [True, False])
+def test_graphs_are_described_and_validated_by_the_installed_frontend_without_a_device(training):
+    """Every call our graphs make (tensor, sdpa with its statistics switch, sdpa_backward, outputs)
+    is accepted by the installed cudnn-frontend; plans need a device and are not built here."""
+    from thunder_executor_cudnn._impl import describe_backward, describe_forward
+
+    shape = (2, 4, 128, 64)
+    contiguous = (shape, (4 * 128 * 64, 128 * 64, 64, 1))
+    transposed = (shape, (128 * 4 * 64, 64, 4 * 64, 1))  # (batch, seq, heads, dim) viewed as BHSD
+    for q, k, v in ((contiguous,) * 3, (transposed,) * 3):
+        graph, *_ = describe_forward(q, k, v, torch.bfloat16, 0.125, True, training)
+        graph.validate()
+        if training:
+            graph, *_ = describe_backward(q, k, v, torch.bfloat16, 0.125, True)
+            graph.validate()

@@ -27,13 +27,13 @@ def _handle(device_index: int):
     return cudnn.create_handle()
 
 
-def _graph(dtype, device_index):
-    handle = _handle(device_index)
+def _graph(dtype, handle):
+    kwargs = {} if handle is None else {"handle": handle}
     return cudnn.pygraph(
         io_data_type=_CUDNN_TYPES[dtype],
         intermediate_data_type=cudnn.data_type.FLOAT,
         compute_data_type=cudnn.data_type.FLOAT,
-        handle=handle,
+        **kwargs,
     )
 
 
@@ -45,9 +45,9 @@ def _finalize(graph) -> None:
     graph.build_plans()
 
 
-@functools.lru_cache(maxsize=256)
-def _forward_graph(q_layout, k_layout, v_layout, dtype, device_index, scale, causal, training):
-    graph = _graph(dtype, device_index)
+def describe_forward(q_layout, k_layout, v_layout, dtype, scale, causal, training, handle=None):
+    """The forward SDPA graph, described but not built into plans (needs no device without a handle)."""
+    graph = _graph(dtype, handle)
     q, k, v = (graph.tensor(name=n, dim=list(s), stride=list(st), data_type=_CUDNN_TYPES[dtype])
                for n, (s, st) in zip("qkv", (q_layout, k_layout, v_layout)))  # fmt: skip
     o, stats = graph.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=scale, use_causal_mask=causal,
@@ -55,13 +55,30 @@ def _forward_graph(q_layout, k_layout, v_layout, dtype, device_index, scale, cau
     o.set_output(True).set_dim(list(q_layout[0])).set_stride(list(q_layout[1]))
     if training:
         stats.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    _finalize(graph)
     return graph, q, k, v, o, stats
 
 
 @functools.lru_cache(maxsize=256)
+def _forward_graph(q_layout, k_layout, v_layout, dtype, device_index, scale, causal, training):
+    described = describe_forward(
+        q_layout, k_layout, v_layout, dtype, scale, causal, training, handle=_handle(device_index)
+    )
+    _finalize(described[0])
+    return described
+
+
+@functools.lru_cache(maxsize=256)
 def _backward_graph(q_layout, k_layout, v_layout, dtype, device_index, scale, causal):
-    graph = _graph(dtype, device_index)
+    described = describe_backward(
+        q_layout, k_layout, v_layout, dtype, scale, causal, handle=_handle(device_index)
+    )
+    _finalize(described[0])
+    return described
+
+
+def describe_backward(q_layout, k_layout, v_layout, dtype, scale, causal, handle=None):
+    """The backward SDPA graph, described but not built into plans."""
+    graph = _graph(dtype, handle)
     t = {n: graph.tensor(name=n, dim=list(s), stride=list(st), data_type=_CUDNN_TYPES[dtype])
          for n, (s, st) in zip(("q", "k", "v", "o", "do"), (q_layout, k_layout, v_layout, q_layout, q_layout))}  # fmt: skip
     b, h, s, _ = q_layout[0]
@@ -72,7 +89,6 @@ def _backward_graph(q_layout, k_layout, v_layout, dtype, device_index, scale, ca
                                      stats=stats, attn_scale=scale, use_causal_mask=causal)  # fmt: skip
     for grad, layout in ((dq, q_layout), (dk, k_layout), (dv, v_layout)):
         grad.set_output(True).set_dim(list(layout[0])).set_stride(list(layout[1]))
-    _finalize(graph)
     return graph, t, stats, dq, dk, dv
 
 
