@@ -68,7 +68,8 @@ def bench(session: nox.Session) -> None:
 @nox.session(name="gpu-host-checks")
 def gpu_host_checks(session: nox.Session) -> None:
     """The checks of GPU code that need no GPU: every CUDA kernel the CuPy executor generates for a
-    litgpt training step (and its RawKernel softmax) compiled with nvcc for sm_80 and sm_90."""
+    litgpt training step (and its RawKernel softmax) compiled with nvcc for sm_80 and sm_90 and
+    with NVRTC (the compiler CuPy uses) for compute_80 and compute_90."""
     _install_core(session)
     session.install(*CONSTRAINTS, "-e", "executors/thunder-executor-cupy[test]", "litgpt")
     folder = ROOT / "executors" / "thunder-executor-cupy" / "tests"

@@ -9,7 +9,13 @@ import subprocess
 import pytest
 import torch
 import torch.nn.functional as F
-from thunder_executor_cupy.sources import elementwise_regions, kernel_source, kernel_sources, translation_unit
+from thunder_executor_cupy.sources import (
+    PRELUDE,
+    elementwise_regions,
+    kernel_source,
+    kernel_sources,
+    translation_unit,
+)
 
 import thunder_core
 from thunder_core.testing.models import small_litgpt
@@ -77,3 +83,44 @@ def test_every_generated_kernel_compiles_with_nvcc(sources, tmp_path, arch):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+
+        nvrtc.nvrtcVersion()
+    except Exception:  # noqa: BLE001 - not installed, or the NVRTC library does not load
+        return None
+    return nvrtc
+
+
+def _nvrtc_compile(source: str, arch: str) -> tuple[bool, str]:
+    nvrtc = _nvrtc()
+    error, program = nvrtc.nvrtcCreateProgram(source.encode(), b"thunder.cu", 0, [], [])
+    assert error == nvrtc.nvrtcResult.NVRTC_SUCCESS, error
+    options = [f"--gpu-architecture={arch}".encode()]
+    (error,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    _, size = nvrtc.nvrtcGetProgramLogSize(program)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(program, log)
+    nvrtc.nvrtcDestroyProgram(program)
+    return error == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+
+
+@pytest.mark.skipif(
+    _nvrtc() is None, reason="NVRTC is not installed (pip install cuda-bindings nvidia-cuda-nvrtc)"
+)
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_nvrtc_compiles_the_kernels_without_any_header(sources, arch):
+    """NVRTC is the compiler CuPy uses, and it includes no header: a math macro (INFINITY) or a
+    CUDART_* constant that nvcc accepts fails here, as it would on the GPU."""
+    from thunder_executor_cupy.codegen import SOFTMAX_SOURCE
+
+    ok, log = _nvrtc_compile(SOFTMAX_SOURCE, arch)
+    assert ok, log
+    plain = [s for s in sources if "__half" not in s]  # half kernels need CuPy's own fp16 header
+    ok, log = _nvrtc_compile(translation_unit(plain).removeprefix(PRELUDE), arch)
+    assert ok, log
+    refused, log = _nvrtc_compile('extern "C" __global__ void k(float* x) { x[0] = INFINITY; }', arch)
+    assert not refused and "INFINITY" in log  # the check can fail
