@@ -34,6 +34,7 @@ SCENARIOS = [
     "fsdp_tied",
     "ddp_from_environment",
     "fsdp_clipped",
+    "fsdp_default_executors",
 ]
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -80,7 +81,15 @@ def _assert_same_training(result: dict, reference: dict) -> None:
 
 @pytest.mark.parametrize(
     "scenario",
-    ["ddp", "ddp_one_per_gradient", "ddp_no_sync", "ddp_default_executors", "fsdp", "fsdp_zero2"],
+    [
+        "ddp",
+        "ddp_one_per_gradient",
+        "ddp_no_sync",
+        "ddp_default_executors",
+        "fsdp",
+        "fsdp_zero2",
+        "fsdp_default_executors",
+    ],
 )
 def test_training_on_two_ranks_equals_one_process_over_the_global_batch(runs, single_process, scenario):
     _assert_same_training(runs[scenario], single_process)

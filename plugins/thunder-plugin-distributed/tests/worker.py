@@ -280,6 +280,16 @@ def scenario_ddp_from_environment() -> dict:
     }
 
 
+def scenario_fsdp_default_executors() -> dict:
+    """ZeRO-3 with the executors a user gets by default (fusion regions between the gathers)."""
+    os.environ.pop("THUNDER_CORE_NO_AUTOLOAD", None)
+    try:
+        result = scenario_fsdp()
+    finally:
+        os.environ["THUNDER_CORE_NO_AUTOLOAD"] = "1"
+    return result
+
+
 def scenario_ddp_wrapper() -> dict:
     """PyTorch's DistributedDataParallel around a jitted model."""
     from torch.nn.parallel import DistributedDataParallel
