@@ -5,7 +5,8 @@ regions formed). It
 
 1. splits each ``fsdp_all_gather`` into ``fsdp_all_gather_start`` / ``fsdp_all_gather_wait``;
 2. merges the gradient all-reduces of ``ddp`` into buckets of up to ``bucket_size_mb``
-   (0: one per gradient), in the order the backward produces the gradients;
+   (0: one per gradient; the first bucket at most 1 MiB, as DistributedDataParallel's), in the
+   order the backward produces the gradients;
 3. places every start right after the last of its inputs is computed and every wait right
    before the first use of its results, so communication overlaps the compute between them;
 4. bounds what is in flight where it costs memory: a parameter gather is issued when the
@@ -30,6 +31,7 @@ from thunder_plugin_distributed.collectives import (
 
 TORCH = "torch"
 REDUCE_SCATTERS_IN_FLIGHT = 2
+FIRST_BUCKET_BYTES = 1 << 20
 
 
 @dataclass
@@ -99,6 +101,8 @@ def _bucketed(pairs: list[_Pair], cap_bytes: int) -> list[_Pair]:
     for pair in ddp:
         grad = pair.start.args[0][0]
         nbytes = grad.numel() * grad.element_size()
+        # The first bucket is small (as DistributedDataParallel's): communication starts early.
+        limit = min(cap_bytes, FIRST_BUCKET_BYTES) if len(buckets) == 1 else cap_bytes
         if buckets and cap_bytes > 0:
             first = buckets[-1][0].start.args[0][0]
             same = (first.dtype, first.device, buckets[-1][0].start.args[1]) == (
@@ -106,7 +110,7 @@ def _bucketed(pairs: list[_Pair], cap_bytes: int) -> list[_Pair]:
                 grad.device,
                 pair.start.args[1],
             )
-            if same and size + nbytes <= cap_bytes:
+            if same and size + nbytes <= limit:
                 buckets[-1].append(pair)
                 size += nbytes
                 continue
