@@ -183,3 +183,21 @@ def test_the_packing_check_of_the_cuda_path_accepts_a_right_packing_and_refuses_
     assert kernels.check_int4_cuda(weight, packed, scales_and_zeros, 64)
     wrong, _ = kernels.quantize_int4(other, 64)
     assert not kernels.check_int4_cuda(weight, wrong, scales_and_zeros, 64)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_float_checkpoint_loads_into_the_quantized_model(kind):
+    """Its float weights are quantized (a copy into the int8 buffer would cast them silently)."""
+    trained = _model()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.01)
+    idx = _tokens()
+    jitted = thunder_core.jit(_model(), plugins=[f"quantize-{kind}"], executors=TORCH_ONLY)
+    jitted.load_state_dict(trained.state_dict())
+    expected = thunder_core.jit(copy.deepcopy(trained), plugins=[f"quantize-{kind}"], executors=TORCH_ONLY)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(idx), expected(idx))
+        float_logits = trained(idx)
+        error = ((jitted(idx) - float_logits).norm() / float_logits.norm()).item()
+    assert error < STATED_ERROR[kind]

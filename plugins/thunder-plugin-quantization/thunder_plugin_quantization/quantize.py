@@ -41,6 +41,24 @@ class QuantizedModule(ModuleExtension):
         self.report = report
         self.in_features = in_features
 
+    @torch.no_grad()
+    def load_state_dict(self, module, state_dict, strict: bool = True):
+        """Loads a float checkpoint too: a quantized layer's float ``weight`` is quantized as at wrap
+        time (copying it into the int8 buffer would silently cast it)."""
+        converted = dict(state_dict)
+        for layer in self.in_features:
+            key = f"{layer}.weight" if layer else "weight"
+            value = state_dict.get(key)
+            if value is None or not value.is_floating_point():
+                continue
+            prefix = f"{layer}." if layer else ""
+            device = module.get_buffer(key).device
+            for buffer_name, quantized in _quantized_buffers(
+                self.kind, value.to(device), self.group_size
+            ).items():
+                converted[f"{prefix}{buffer_name}"] = quantized
+        return module.load_state_dict(converted, strict=strict)
+
     def bind(self, names: list[str], proxies: list) -> list:
         by_name = dict(zip(names, proxies))
         out = []
@@ -66,6 +84,17 @@ def _shared(module: nn.Module) -> set[int]:
             if p is not None:
                 (shared if id(p) in seen else seen).add(id(p))
     return shared
+
+
+def _quantized_buffers(kind: str, weight: torch.Tensor, group_size: int) -> dict[str, torch.Tensor]:
+    if kind == "int8":
+        q, scale = kernels.quantize_int8(weight)
+        return {"weight": q, "weight_scale": scale}
+    if weight.device.type == "cpu":
+        packed, scales_and_zeros = kernels.quantize_int4(weight, group_size)
+    else:
+        packed, scales_and_zeros = kernels.quantize_int4_cuda(weight, group_size)
+    return {"weight": packed, "weight_scales_and_zeros": scales_and_zeros}
 
 
 def _has_kernel(op: str, device: torch.device) -> bool:
@@ -116,27 +145,17 @@ def quantize_module(module: nn.Module, kind: str, options: dict) -> QuantizedMod
             report.skipped[name] = reason
             continue
         weight = layer.weight.detach()
-        layer_requires_grad = layer.weight.requires_grad
+        buffers = _quantized_buffers(kind, weight, group_size)
+        if kind == "int4" and weight.device.type != "cpu":
+            packed, scales_and_zeros = buffers["weight"], buffers["weight_scales_and_zeros"]
+            if not kernels.check_int4_cuda(weight, packed, scales_and_zeros, group_size):
+                report.skipped[name] = (
+                    "the CUDA int4 kernel did not reproduce the weight (packing check failed)"
+                )
+                continue
         del layer._parameters["weight"]
-        if kind == "int8":
-            q, scale = kernels.quantize_int8(weight)
-            layer.register_buffer("weight", q)
-            layer.register_buffer("weight_scale", scale)
-        else:
-            if weight.device.type == "cpu":
-                packed, scales_and_zeros = kernels.quantize_int4(weight, group_size)
-            else:
-                packed, scales_and_zeros = kernels.quantize_int4_cuda(weight, group_size)
-                if not kernels.check_int4_cuda(weight, packed, scales_and_zeros, group_size):
-                    layer.register_parameter(
-                        "weight", nn.Parameter(weight, requires_grad=layer_requires_grad)
-                    )
-                    report.skipped[name] = (
-                        "the CUDA int4 kernel did not reproduce the weight (packing check failed)"
-                    )
-                    continue
-            layer.register_buffer("weight", packed)
-            layer.register_buffer("weight_scales_and_zeros", scales_and_zeros)
+        for buffer_name, value in buffers.items():
+            layer.register_buffer(buffer_name, value)
         in_features[name] = layer.in_features
         report.quantized.append(name)
     return QuantizedModule(kind, group_size, report, in_features)
