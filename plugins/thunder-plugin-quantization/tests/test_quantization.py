@@ -41,9 +41,8 @@ def _dequantized_copy(original, quantized_model, kind: str, group_size: int = 64
             if kind == "int8":
                 w = kernels.dequantize_int8(q.weight, q.weight_scale)
             else:
-                w = kernels.dequantize_int4(
-                    q.weight, q.weight_scales_and_zeros, group_size, layer.in_features
-                )
+                shape = (layer.out_features, layer.in_features)
+                w = kernels.dequantize_int4(q.weight, q.weight_scales_and_zeros, group_size, shape)
             layer.weight.data = w
     return reference
 
@@ -201,3 +200,22 @@ def test_a_float_checkpoint_loads_into_the_quantized_model(kind):
         float_logits = trained(idx)
         error = ((jitted(idx) - float_logits).norm() / float_logits.norm()).item()
     assert error < STATED_ERROR[kind]
+
+
+def test_int4_rows_are_padded_to_whole_blocks_and_the_padding_is_dropped():
+    """A layer whose outputs are not a multiple of 64 is padded, so one row runs the Numba kernel."""
+    torch.manual_seed(0)
+    weight, x = torch.randn(100, 128), torch.randn(1, 128)
+    packed, scales_and_zeros = kernels.quantize_int4(weight, 64)
+    assert scales_and_zeros.shape[1] == 128  # 100 rows padded to two blocks of 64
+    out = kernels.int4_matmul(x, packed, scales_and_zeros, 64, 100)
+    dequantized = kernels.dequantize_int4(packed, scales_and_zeros, 64, (100, 128))
+    assert out.shape == (1, 100) and dequantized.shape == (100, 128)
+    torch.testing.assert_close(out, x @ dequantized.t(), rtol=1e-4, atol=1e-4)
+    two_rows = torch.randn(2, 128)  # the ATen kernel, padding dropped the same way
+    torch.testing.assert_close(
+        kernels.int4_matmul(two_rows, packed, scales_and_zeros, 64, 100),
+        two_rows @ dequantized.t(),
+        rtol=1e-4,
+        atol=1e-4,
+    )

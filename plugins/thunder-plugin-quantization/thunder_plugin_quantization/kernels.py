@@ -26,6 +26,12 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CPU layout, rows padded with zeros to a multiple of 64 (whole blocks of the layout,
+    which the one-row kernel reads); ``int4_matmul`` drops the padding from its result."""
+    n, k = weight.shape
+    rows = -(-n // 64) * 64
+    if rows != n:
+        weight = torch.cat([weight, weight.new_zeros(rows - n, k)])
     q, scales_and_zeros = _int4_groups(weight, group_size)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
     return packed, scales_and_zeros.to(weight.dtype)
@@ -40,18 +46,21 @@ def int8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.
 
 
 def int4_matmul(
-    x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int
+    x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, out_features: int
 ) -> torch.Tensor:
-    """``x @ dequantized.T`` on the packed int4 weight: the CPU layout or the CUDA one."""
+    """``x @ dequantized.T`` on the packed int4 weight (the CPU layout or the CUDA one), without
+    the padding rows."""
     rows = scales_and_zeros.shape[1]
     if one_row.applies(x, rows, "int4") and scales_and_zeros.dtype == torch.float32:
-        return one_row.int4(x, packed, scales_and_zeros, group_size)
-    flat = x.reshape(-1, x.shape[-1])
-    if packed.device.type == "cpu":
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, group_size, scales_and_zeros)
+        out = one_row.int4(x, packed, scales_and_zeros, group_size)
     else:
-        out = torch.ops.aten._weight_int4pack_mm(flat, packed, group_size, scales_and_zeros)
-    return out.reshape(*x.shape[:-1], rows)
+        flat = x.reshape(-1, x.shape[-1])
+        if packed.device.type == "cpu":
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, group_size, scales_and_zeros)
+        else:
+            out = torch.ops.aten._weight_int4pack_mm(flat, packed, group_size, scales_and_zeros)
+        out = out.reshape(*x.shape[:-1], rows)
+    return out if rows == out_features else out[..., :out_features].contiguous()
 
 
 def _int4_groups(weight: torch.Tensor, group_size: int):
@@ -86,7 +95,7 @@ def check_int4_cuda(weight: torch.Tensor, packed, scales_and_zeros, group_size: 
     n, k = weight.shape
     expected = ((q.reshape(n, k // group_size, group_size).float() - 8) * sz[..., 0].t()[..., None]
                 + sz[..., 1].t()[..., None]).reshape(n, k)  # fmt: skip
-    got = dequantize_int4(packed, scales_and_zeros, group_size, k).float()
+    got = dequantize_int4(packed, scales_and_zeros, group_size, (n, k)).float()
     return bool(torch.allclose(got, expected.to(torch.bfloat16).float(), rtol=2e-2, atol=2e-2))
 
 
@@ -94,7 +103,10 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(scale.dtype) * scale[:, None]
 
 
-def dequantize_int4(packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, in_features: int):
+def dequantize_int4(
+    packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, weight_shape: tuple
+):
     """The float weight ``[N, K]``: the kernel applied to the identity (exact for any packing layout)."""
+    out_features, in_features = weight_shape
     eye = torch.eye(in_features, dtype=scales_and_zeros.dtype, device=packed.device)
-    return int4_matmul(eye, packed, scales_and_zeros, group_size).t().contiguous()
+    return int4_matmul(eye, packed, scales_and_zeros, group_size, out_features).t().contiguous()

@@ -34,19 +34,19 @@ class QuantizationReport:
 class QuantizedModule(ModuleExtension):
     """The extension of a quantized module: what each quantized layer's forward sees as its weight."""
 
-    def __init__(self, kind: str, group_size: int, report: QuantizationReport, in_features: dict[str, int]):
+    def __init__(self, kind: str, group_size: int, report: QuantizationReport, shapes: dict[str, tuple]):
         self.name = f"quantize-{kind}"
         self.kind = kind
         self.group_size = group_size
         self.report = report
-        self.in_features = in_features
+        self.shapes = shapes  # layer name -> its weight's (out_features, in_features)
 
     @torch.no_grad()
     def load_state_dict(self, module, state_dict, strict: bool = True):
         """Loads a float checkpoint too: a quantized layer's float ``weight`` is quantized as at wrap
         time (copying it into the int8 buffer would silently cast it)."""
         converted = dict(state_dict)
-        for layer in self.in_features:
+        for layer in self.shapes:
             key = f"{layer}.weight" if layer else "weight"
             value = state_dict.get(key)
             if value is None or not value.is_floating_point():
@@ -66,13 +66,13 @@ class QuantizedModule(ModuleExtension):
             layer = name.removesuffix(".weight") if name.endswith(".weight") else None
             if layer is None and name == "weight":
                 layer = ""
-            if layer is not None and layer in self.in_features:
+            if layer is not None and layer in self.shapes:
                 prefix = f"{layer}." if layer else ""
                 if self.kind == "int8":
                     proxy = dequantize_int8(proxy, by_name[f"{prefix}weight_scale"])
                 else:
                     sz = by_name[f"{prefix}weight_scales_and_zeros"]
-                    proxy = dequantize_int4(proxy, sz, self.group_size, self.in_features[layer])
+                    proxy = dequantize_int4(proxy, sz, self.group_size, self.shapes[layer])
             out.append(proxy)
         return out
 
@@ -135,7 +135,7 @@ def quantize_module(module: nn.Module, kind: str, options: dict) -> QuantizedMod
         raise ConfigError(f"quantize-int4: group_size must be one of {INT4_GROUP_SIZES}, got {group_size}")
     skip = list(options["skip"])
     report = QuantizationReport(kind)
-    in_features = {}
+    shapes = {}
     shared = _shared(module)
     for name, layer in list(module.named_modules()):
         if not isinstance(layer, nn.Linear):
@@ -156,9 +156,9 @@ def quantize_module(module: nn.Module, kind: str, options: dict) -> QuantizedMod
         del layer._parameters["weight"]
         for buffer_name, value in buffers.items():
             layer.register_buffer(buffer_name, value)
-        in_features[name] = layer.in_features
+        shapes[name] = (layer.out_features, layer.in_features)
         report.quantized.append(name)
-    return QuantizedModule(kind, group_size, report, in_features)
+    return QuantizedModule(kind, group_size, report, shapes)
 
 
 def report(jitted_module) -> QuantizationReport | None:

@@ -31,8 +31,8 @@ def _low_bit_linear(bsym: BoundSymbol, dequantized: dict) -> BoundSymbol | None:
     if source.symbol.name == "quant_dequantize_int8":
         q, scale = source.args
         return BoundSymbol(int8_linear, (x, q, scale, bias), {}, bsym.output, source=bsym.source)
-    packed, scales_and_zeros, group_size, in_features = source.args
-    args = (x, packed, scales_and_zeros, group_size, in_features, bias)
+    packed, scales_and_zeros, group_size, weight_shape = source.args
+    args = (x, packed, scales_and_zeros, group_size, weight_shape, bias)
     return BoundSymbol(int4_linear, args, {}, bsym.output, source=bsym.source)
 
 

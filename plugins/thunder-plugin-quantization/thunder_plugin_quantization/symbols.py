@@ -21,8 +21,8 @@ def _dequantize_int8_meta(q, scale):
     return new_tensor_proxy(tuple(q.shape), scale.dtype, q.device)
 
 
-def _dequantize_int4_meta(packed, scales_and_zeros, group_size: int, in_features: int):
-    return new_tensor_proxy((scales_and_zeros.shape[1], in_features), scales_and_zeros.dtype, packed.device)
+def _dequantize_int4_meta(packed, scales_and_zeros, group_size: int, weight_shape: tuple):
+    return new_tensor_proxy(tuple(weight_shape), scales_and_zeros.dtype, packed.device)
 
 
 dequantize_int8 = Symbol(
@@ -38,8 +38,8 @@ def _int8_linear(x, q, scale, bias=None):
     return out if bias is None else out + bias
 
 
-def _int4_linear(x, packed, scales_and_zeros, group_size: int, in_features: int, bias=None):
-    out = kernels.int4_matmul(x, packed, scales_and_zeros, group_size)
+def _int4_linear(x, packed, scales_and_zeros, group_size: int, weight_shape: tuple, bias=None):
+    out = kernels.int4_matmul(x, packed, scales_and_zeros, group_size, weight_shape[0])
     return out if bias is None else out + bias
 
 
@@ -65,9 +65,9 @@ def _int8_vjp(x, q, scale, bias=None):
     return out, lambda g: _grads(out, g, x, dequantize_int8(q, scale), bias)
 
 
-def _int4_vjp(x, packed, scales_and_zeros, group_size: int, in_features: int, bias=None):
-    out = int4_linear(x, packed, scales_and_zeros, group_size, in_features, bias)
-    weight = lambda: dequantize_int4(packed, scales_and_zeros, group_size, in_features)  # noqa: E731
+def _int4_vjp(x, packed, scales_and_zeros, group_size: int, weight_shape: tuple, bias=None):
+    out = int4_linear(x, packed, scales_and_zeros, group_size, weight_shape, bias)
+    weight = lambda: dequantize_int4(packed, scales_and_zeros, group_size, weight_shape)  # noqa: E731
     return out, lambda g: _grads(out, g, x, weight(), bias)
 
 
@@ -82,7 +82,7 @@ int4_linear = Symbol(
     "quant_int4_linear",
     _int4_linear,
     "quant_int4_linear",
-    meta=lambda x, packed, sz, group_size, in_features, bias=None: _linear_meta(x, sz.shape[1], bias),
+    meta=lambda x, packed, sz, group_size, weight_shape, bias=None: _linear_meta(x, weight_shape[0], bias),
     vjp=_int4_vjp,
 )
 
