@@ -322,6 +322,13 @@ def test_a_failing_module_transform_is_an_error_naming_the_plugin():
     _eager_ok(thunder_core.jit(add, plugins=["failtransform"]))  # a function has no module to transform
 
 
+def test_the_torch_compile_front_end_refuses_plugins_that_change_the_module():
+    model = torch.nn.Linear(3, 3)
+    compiled = torch.compile(model, backend="thunder_core", options={"plugins": ["weightscale"]})
+    with pytest.raises(Exception, match="change the module itself.*thunder_core.jit"):
+        compiled(torch.randn(2, 3))
+
+
 def test_an_unavailable_plugin_is_probed_again_when_a_job_asks_for_it(monkeypatch):
     with pytest.raises(PluginError, match="the late resource is not ready. To fix: set TC_LATE_READY"):
         thunder_core.jit(add, plugins=["lateprobe"])
