@@ -7,6 +7,7 @@ and compares it with eager PyTorch training over the whole global batch in this 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -36,6 +37,10 @@ SCENARIOS = [
     "fsdp_clipped",
     "fsdp_default_executors",
 ]
+# With thunder-plugin-checkpoint installed beside this package: the two plugins together.
+COMBINED = ["ddp_with_activation_checkpointing", "fsdp_with_activation_checkpointing"]
+if importlib.util.find_spec("thunder_plugin_checkpoint") is not None:
+    SCENARIOS += COMBINED
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
@@ -136,6 +141,13 @@ def test_ddp_results_do_not_depend_on_buckets_or_no_sync(runs):
         torch.testing.assert_close(runs[other]["losses"], runs["ddp"]["losses"], rtol=1e-6, atol=1e-6)
         for name, value in runs["ddp"]["params"].items():
             torch.testing.assert_close(runs[other]["params"][name], value, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scenario", COMBINED)
+def test_with_activation_checkpointing(runs, single_process, scenario):
+    if scenario not in runs:
+        pytest.skip("thunder-plugin-checkpoint is not installed")
+    _assert_same_training(runs[scenario], single_process)
 
 
 def test_pytorch_ddp_around_a_jitted_model(runs, single_process):

@@ -290,6 +290,24 @@ def scenario_fsdp_default_executors() -> dict:
     return result
 
 
+def _with_activation_checkpointing(plugin: str) -> dict:
+    from thunder_plugin_distributed import full_state_dict
+
+    jitted = thunder_core.jit(
+        build_model(), plugins=[plugin, "checkpoint"], options={"checkpoint": {"policy": "blocks"}}
+    )
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    return {"losses": _train(jitted, optimizer), "params": full_state_dict(jitted)}
+
+
+def scenario_ddp_with_activation_checkpointing() -> dict:
+    return _with_activation_checkpointing("ddp")
+
+
+def scenario_fsdp_with_activation_checkpointing() -> dict:
+    return _with_activation_checkpointing("fsdp")
+
+
 def scenario_ddp_wrapper() -> dict:
     """PyTorch's DistributedDataParallel around a jitted model."""
     from torch.nn.parallel import DistributedDataParallel
