@@ -54,6 +54,7 @@ from thunder_core.ir.symbols import (
     BoundSymbol,
     Symbol,
     active_recorder,
+    free_inputs,
 )
 from thunder_core.ir.trace import Trace, TrainingTraces
 from thunder_core.ir.tree import leaves, tree_map
@@ -104,6 +105,7 @@ __all__ = [
     "availability",
     "cuda_device",
     "flatten_to_prims",
+    "free_inputs",
     "get_symbol",
     "leaves",
     "library",

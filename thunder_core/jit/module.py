@@ -7,6 +7,7 @@ in the module's own ``_parameters``/``_buffers`` dicts only while the forward is
 
 from __future__ import annotations
 
+import sys
 from contextlib import ExitStack, contextmanager
 
 import torch
@@ -129,10 +130,10 @@ class _ModuleState:
 def _refuse_distributed_tensors(module: nn.Module) -> None:
     """Parameters sharded by another wrapper (FSDP2's ``fully_shard`` makes them DTensors) are
     gathered by that wrapper's hooks, which a trace cannot replay: say what composes instead."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch built without distributed
+    tensor_module = sys.modules.get("torch.distributed.tensor")
+    if tensor_module is None:  # never imported, so no DTensor exists (importing it costs ~2 s)
         return
+    DTensor = tensor_module.DTensor
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         if isinstance(tensor, DTensor):
             raise CaptureError(

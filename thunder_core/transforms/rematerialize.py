@@ -37,8 +37,7 @@ def _is_cheap(bsym) -> bool:
 
 def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
     start = time.perf_counter()
-    outputs, saved = forward.output
-    saved = list(saved)
+    saved = list(forward.output[1])
     producers = {}
     for bsym in forward.bound_symbols:
         for p in bsym.flat_outputs():
@@ -65,44 +64,30 @@ def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
             break
     if not recomputed:
         return forward, backward
-    seconds = time.perf_counter() - start
+    return _with_saved(
+        forward, backward, saved, recomputed, Provenance("rematerialize", time.perf_counter() - start)
+    )
+
+
+def _with_saved(forward: Trace, backward: Trace, saved, recomputed: list, provenance) -> tuple[Trace, Trace]:
+    """The pair with the forward saving ``saved`` and the backward recomputing ``recomputed``
+    (in forward order), each just before its first use."""
     grads = backward.inputs[len(forward.output[1]) :]
     new_forward = Trace(
         inputs=forward.inputs,
         bound_symbols=forward.bound_symbols,
-        output=(outputs, tuple(saved)),
+        output=(forward.output[0], tuple(saved)),
         function_name=forward.function_name,
-        provenance=Provenance("rematerialize", seconds),
+        provenance=provenance,
     )
     new_backward = Trace(
         inputs=[*saved, *grads],
         bound_symbols=_before_first_use(recomputed, backward.bound_symbols, backward.output),
         output=backward.output,
         function_name=backward.function_name,
-        provenance=Provenance("rematerialize", seconds),
+        provenance=provenance,
     )
     return new_forward, new_backward
-
-
-def _before_first_use(recomputed: list, bsyms: list, output) -> list:
-    """``bsyms`` with each recomputed op inserted just before the first op (or the return) reading it."""
-    producer = {p.name: b for b in recomputed for p in b.flat_outputs()}
-    placed: set[int] = set()
-    result: list = []
-
-    def place(reads) -> None:
-        for p in reads:
-            needed = producer.get(p.name)
-            if needed is not None and id(needed) not in placed:
-                placed.add(id(needed))
-                place(needed.flat_args())
-                result.append(needed)
-
-    for bsym in bsyms:
-        place(bsym.flat_args())
-        result.append(bsym)
-    place(x for x in leaves(output) if isinstance(x, TensorProxy))
-    return result
 
 
 def recompute_in_backward(forward: Trace, backward: Trace, keep) -> tuple[Trace, Trace]:
@@ -116,7 +101,7 @@ def recompute_in_backward(forward: Trace, backward: Trace, keep) -> tuple[Trace,
     Activation checkpointing is this with a policy for ``keep``.
     """
     start = time.perf_counter()
-    outputs, saved = forward.output
+    saved = forward.output[1]
     producers, position = {}, {}
     for i, bsym in enumerate(forward.bound_symbols):
         for p in bsym.flat_outputs():
@@ -148,23 +133,8 @@ def recompute_in_backward(forward: Trace, backward: Trace, keep) -> tuple[Trace,
     if not recomputed:
         return forward, backward
     recomputed.sort(key=lambda b: position[id(b)])
-    grads = backward.inputs[len(saved) :]
-    seconds = time.perf_counter() - start
-    new_forward = Trace(
-        inputs=forward.inputs,
-        bound_symbols=forward.bound_symbols,
-        output=(outputs, tuple(new_saved)),
-        function_name=forward.function_name,
-        provenance=Provenance("recompute in backward", seconds),
-    )
-    new_backward = Trace(
-        inputs=[*new_saved, *grads],
-        bound_symbols=_placed_before_use(recomputed, backward.bound_symbols, backward.output),
-        output=backward.output,
-        function_name=backward.function_name,
-        provenance=Provenance("recompute in backward", seconds),
-    )
-    return new_forward, new_backward
+    provenance = Provenance("recompute in backward", time.perf_counter() - start)
+    return _with_saved(forward, backward, new_saved, recomputed, provenance)
 
 
 def _must_save(bsym) -> bool:
@@ -174,8 +144,9 @@ def _must_save(bsym) -> bool:
     return any(not isinstance(p, TensorProxy) for p in bsym.flat_outputs())
 
 
-def _placed_before_use(recomputed: list, bsyms: list, output) -> list:
-    """Like ``_before_first_use``, without recursion (``recomputed`` is in forward order)."""
+def _before_first_use(recomputed: list, bsyms: list, output) -> list:
+    """``bsyms`` with each recomputed op inserted just before the first op (or the return) reading
+    it, its own recomputed inputs first (iterative: a chain can be as long as the forward)."""
     producer = {p.name: b for b in recomputed for p in b.flat_outputs()}
     placed: set[int] = set()
     result: list = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from thunder_core.extend import RegionNotSupported, TensorProxy, leaves
+from thunder_core.extend import RegionNotSupported, TensorProxy, free_inputs, leaves
 from thunder_executor_cupy.codegen import ELEMENTWISE_OPS, SUPPORTED, elementwise_kernel_spec
 
 CUDA_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bool": "bool"}
@@ -62,13 +62,7 @@ def elementwise_regions(trace) -> list[tuple[list, list, list]]:
 
     def close(end: int) -> None:
         if len(run) >= 2:
-            produced, inputs, seen = set(), [], set()
-            for b in run:
-                for p in b.flat_args():
-                    if p.name not in produced and p.name not in seen and isinstance(p, TensorProxy):
-                        seen.add(p.name)
-                        inputs.append(p)
-                produced.update(p.name for p in b.flat_outputs())
+            inputs = [p for p in free_inputs(run) if isinstance(p, TensorProxy)]
             outputs = [p for b in run for p in b.flat_outputs() if p.name in later[end]]
             if outputs:
                 regions.append((list(run), inputs, outputs))

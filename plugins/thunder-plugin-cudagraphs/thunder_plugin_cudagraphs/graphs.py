@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from thunder_core.extend import INPLACE, BoundSymbol, Symbol, TensorProxy, Trace, leaves
+from thunder_core.extend import INPLACE, BoundSymbol, Symbol, TensorProxy, Trace, free_inputs, leaves
 
 TORCH = "torch"
 
@@ -74,13 +74,7 @@ class GraphRunner:
 
 
 def _region_call(index: int, bsyms: list[BoundSymbol], later_reads: set[str], options: dict) -> BoundSymbol:
-    produced, inputs, seen = set(), [], set()
-    for b in bsyms:
-        for p in b.flat_args():
-            if p.name not in produced and p.name not in seen:
-                seen.add(p.name)
-                inputs.append(p)
-        produced.update(p.name for p in b.flat_outputs())
+    inputs = free_inputs(bsyms)
     outputs, out_seen = [], set()
     for b in bsyms:
         for p in b.flat_outputs():

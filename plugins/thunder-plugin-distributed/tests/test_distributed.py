@@ -65,13 +65,19 @@ def runs(tmp_path_factory) -> dict:
     return {name: torch.load(out / f"{name}.pt", weights_only=False) for name in SCENARIOS}
 
 
-@pytest.fixture(scope="module")
-def single_process() -> dict:
+def _worker():
+    """The scenarios' module, which also computes the single-process references."""
     sys.path.insert(0, str(HERE))
     try:
         import worker
     finally:
         sys.path.remove(str(HERE))
+    return worker
+
+
+@pytest.fixture(scope="module")
+def single_process() -> dict:
+    worker = _worker()
     return worker.reference()
 
 
@@ -102,11 +108,7 @@ def test_training_on_two_ranks_equals_one_process_over_the_global_batch(runs, si
 
 @pytest.fixture(scope="module")
 def single_process_tied() -> dict:
-    sys.path.insert(0, str(HERE))
-    try:
-        import worker
-    finally:
-        sys.path.remove(str(HERE))
+    worker = _worker()
     return worker.reference_tied()
 
 
@@ -120,11 +122,7 @@ def test_shared_frozen_and_scalar_parameters_and_buffers(runs, single_process_ti
 
 
 def test_fsdp_gradient_clipping_uses_the_norm_of_the_whole_gradient(runs):
-    sys.path.insert(0, str(HERE))
-    try:
-        import worker
-    finally:
-        sys.path.remove(str(HERE))
+    worker = _worker()
     result = runs["fsdp_clipped"]
     assert all(norm > worker.CLIP for norm in result["norms"])  # clipping happened at every step
     _assert_same_training(result, worker.reference(clip=worker.CLIP))

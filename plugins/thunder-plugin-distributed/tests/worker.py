@@ -225,14 +225,17 @@ def scenario_fsdp_zero2() -> dict:
     return scenario_fsdp(zero=2, optimizer_first=True)
 
 
-def scenario_ddp_default_executors() -> dict:
-    """The executors a user gets by default (fusion executors claim regions between the collectives)."""
+def _with_default_executors(scenario) -> dict:
+    """``scenario`` with the executors a user gets by default (fusion regions between the collectives)."""
     os.environ.pop("THUNDER_CORE_NO_AUTOLOAD", None)
     try:
-        result = scenario_ddp()
+        return scenario()
     finally:
         os.environ["THUNDER_CORE_NO_AUTOLOAD"] = "1"
-    return result
+
+
+def scenario_ddp_default_executors() -> dict:
+    return _with_default_executors(scenario_ddp)
 
 
 def _tied(plugin: str) -> dict:
@@ -281,13 +284,7 @@ def scenario_ddp_from_environment() -> dict:
 
 
 def scenario_fsdp_default_executors() -> dict:
-    """ZeRO-3 with the executors a user gets by default (fusion regions between the gathers)."""
-    os.environ.pop("THUNDER_CORE_NO_AUTOLOAD", None)
-    try:
-        result = scenario_fsdp()
-    finally:
-        os.environ["THUNDER_CORE_NO_AUTOLOAD"] = "1"
-    return result
+    return _with_default_executors(scenario_fsdp)
 
 
 def _with_activation_checkpointing(plugin: str) -> dict:

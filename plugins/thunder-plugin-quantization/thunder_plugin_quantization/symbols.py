@@ -85,5 +85,3 @@ int4_linear = Symbol(
     meta=lambda x, packed, sz, group_size, weight_shape, bias=None: _linear_meta(x, weight_shape[0], bias),
     vjp=_int4_vjp,
 )
-
-DEQUANTIZE = {"quant_dequantize_int8": int8_linear, "quant_dequantize_int4": int4_linear}
