@@ -87,7 +87,7 @@ def _pairs(bsyms: list[BoundSymbol]) -> tuple[list[_Pair], list[BoundSymbol]]:
             pairs.append(_Pair(start, b, order))
         else:
             compute.append(b)
-    if starts:  # a start whose wait is not in this trace: leave the trace as it is
+    if starts:  # a start whose wait is not in this trace: a bug of the pass that made it, never ignored
         raise ValueError(f"collective(s) started but never waited in this trace: {sorted(starts)}")
     return pairs, compute
 
