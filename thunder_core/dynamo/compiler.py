@@ -26,6 +26,7 @@ from torch import fx
 from thunder_core.dynamo.split import Partition, partition
 from thunder_core.errors import CaptureError, DataDependentError
 from thunder_core.jit.module import ThunderModule
+from thunder_core.ops.registry import draws_random_numbers
 from thunder_core.plugins.config import resolve
 from thunder_core.plugins.errors import ConfigError
 from thunder_core.plugins.job import build_job
@@ -154,7 +155,10 @@ class _Fallback:
     def __call__(self, *args):
         if self.compiled is None:
             self.compiled, self.runner = self.gm, "eager"
-            if self.how == "inductor":
+            if self.how == "inductor" and _draws_random_numbers(self.gm):
+                # Inductor draws with its own generator (other numbers, another stream position).
+                self.runner = "eager (it draws random numbers; Inductor's draws differ from eager's)"
+            elif self.how == "inductor":
                 try:
                     from torch._inductor import compile as inductor_compile
 
@@ -164,6 +168,12 @@ class _Fallback:
                 except Exception as error:  # Inductor cannot compile it: eager is always right
                     self.runner = f"eager (Inductor failed: {type(error).__name__}: {str(error)[:200]})"
         return self.compiled(*args)
+
+
+def _draws_random_numbers(gm: fx.GraphModule) -> bool:
+    return any(
+        node.op in ("call_function", "call_method") and draws_random_numbers(node.target) for node in gm.graph.nodes
+    )
 
 
 class _ThunderPart:

@@ -8,6 +8,8 @@ claimed it and why each other executor did not.
 For each bound symbol the executors are asked in order; the first that accepts claims it.
 If none does and some executor would take part of its decomposition, the bound symbol is
 replaced by its subsymbols, each claimed the same way; the torch executor takes what is left.
+Random ops are never decomposed: their decomposition draws other numbers than the op (dropout
+as ``uniform`` and a comparison, where eager draws with ``bernoulli_``), and eager's stream is kept.
 Fusion executors' claims are then grouped into regions by their ``fusion_pass``.
 """
 
@@ -21,7 +23,7 @@ from thunder_core.executors import python_executor, torch_executor
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.fusion import operations
-from thunder_core.ir.symbols import PYTHON, WHOLE, BoundSymbol
+from thunder_core.ir.symbols import PYTHON, RANDOM, WHOLE, BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 
 
@@ -73,7 +75,8 @@ def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list) 
             decisions.append(Decision(out[-1], executor.name, declined))
             return
         declined[executor.name] = str(verdict)
-    if bsym.subsymbols and not bsym.symbol.has_tag(WHOLE) and _someone_takes_part(bsym.subsymbols, executors):
+    whole = bsym.symbol.has_tag(WHOLE) or bsym.symbol.has_tag(RANDOM)
+    if bsym.subsymbols and not whole and _someone_takes_part(bsym.subsymbols, executors):
         decisions.append(Decision(bsym, "(decomposed)", declined, "run as its decomposition"))
         for sub in bsym.subsymbols:
             _assign(sub.replace(source=bsym.source), executors, fallback, out, decisions)

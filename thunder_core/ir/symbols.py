@@ -18,6 +18,7 @@ PYTHON = "python"  # bookkeeping run by the python executor (unpacking, deleting
 AUTOGRAD_FALLBACK = "autograd_fallback"  # differentiated by PyTorch autograd at run time
 WHOLE = "whole"  # a fused kernel: claimed whole or run whole by torch, never split for partial claims
 RECOMPUTE = "recompute"  # recomputed in the backward from its inputs rather than saved (a gather of a shard)
+EFFECT = "effect"  # acts outside its outputs (a hook registered, a user callback): never dead code
 
 
 class _Recorders(threading.local):
@@ -151,6 +152,14 @@ class BoundSymbol:
 
     def __repr__(self) -> str:
         return f"<BoundSymbol {self.symbol.printed_name} -> {[p.name for p in self.flat_outputs()]}>"
+
+
+def is_impure(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` does something besides computing its outputs: an in-place update, a random
+    draw (it advances the generator even when its value is unused) or another effect. Passes never
+    remove or reorder such calls among themselves."""
+    tags = bsym.symbol.tags
+    return INPLACE in tags or RANDOM in tags or EFFECT in tags
 
 
 def free_inputs(bound_symbols, produced=()) -> list:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from thunder_core.ir.symbols import INPLACE, OPAQUE, Symbol
+from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM, Symbol
 
 Adapter = Callable[[tuple, dict], tuple[tuple, dict]]
 
@@ -107,6 +107,29 @@ def _is_inplace(fn, kwargs) -> bool:
     return kwargs.get("out") is not None
 
 
+# Torch callables without a symbol of their own that draw random numbers: recorded as opaque calls
+# tagged RANDOM, so no pass drops or duplicates their draws (the generator's stream stays eager's).
+_RANDOM_NAMES = frozenset(
+    {"normal", "poisson", "multinomial", "binomial", "_standard_gamma", "_sample_dirichlet", "rrelu",
+     "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_dropout",
+     "feature_alpha_dropout", "native_dropout", "gumbel_softmax", "fused_dropout", "_fused_dropout"}
+)  # fmt: skip
+
+
+_RANDOM_INPLACE_NAMES = frozenset(
+    {"uniform_", "normal_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_", "bernoulli_"}
+)
+
+
+def draws_random_numbers(fn) -> bool:
+    """Whether calling the torch callable ``fn`` draws from a random number generator."""
+    entry = lookup(fn)
+    if entry is not None and entry[0].has_tag(RANDOM):
+        return True
+    name = getattr(fn, "__name__", fn if isinstance(fn, str) else "")
+    return name in _RANDOM_NAMES or name in _RANDOM_INPLACE_NAMES
+
+
 def opaque_symbol(fn, kwargs) -> Symbol:
     """The symbol that records a call to a torch callable thunder_core has no symbol for."""
     inplace = _is_inplace(fn, kwargs)
@@ -119,6 +142,8 @@ def opaque_symbol(fn, kwargs) -> Symbol:
         path = torch_path(fn)
         name = path or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
         tags = {OPAQUE} | ({INPLACE} if inplace else set())
+        if getattr(fn, "__name__", "") in _RANDOM_NAMES:
+            tags.add(RANDOM)
         symbol = Symbol(name=name, impl=fn, printed_name=path or f"opaque_{name}", tags=frozenset(tags))
         if key is not None:
             _OPAQUE_SYMBOLS[key] = symbol

@@ -1,7 +1,8 @@
 """Dead-code elimination.
 
 Pre: a trace. Post: every bound symbol left either produces a value that the output or
-a later kept bound symbol reads, or has a side effect (an in-place op).
+a later kept bound symbol reads, or is impure (``is_impure``: an in-place op, a random draw,
+which advances the generator even when its value is unused, or another effect).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import time
 
 from thunder_core.ir.proxies import is_proxy
-from thunder_core.ir.symbols import INPLACE
+from thunder_core.ir.symbols import is_impure
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 
@@ -24,7 +25,7 @@ def dce(trace: Trace) -> Trace:
     kept = []
     for bsym in reversed(trace.bound_symbols):
         outputs = {p.name for p in bsym.flat_outputs()}
-        if bsym.symbol.has_tag(INPLACE) or outputs & needed:
+        if is_impure(bsym) or outputs & needed:
             kept.append(bsym)
             needed |= {p.name for p in bsym.flat_args()}
     kept.reverse()
