@@ -172,7 +172,8 @@ class _Fallback:
 
 def _draws_random_numbers(gm: fx.GraphModule) -> bool:
     return any(
-        node.op in ("call_function", "call_method") and draws_random_numbers(node.target) for node in gm.graph.nodes
+        node.op in ("call_function", "call_method") and draws_random_numbers(node.target)
+        for node in gm.graph.nodes
     )
 
 
