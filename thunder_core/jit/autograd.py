@@ -5,10 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.autograd.function import once_differentiable
 from torch.utils._pytree import tree_unflatten
 
+from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.tree import tree_map
+
+
+class NotTwiceDifferentiable(ThunderCoreError):
+    """A gradient of a jitted function's gradient was asked for (``create_graph=True``)."""
+
+
+def _refuse_create_graph() -> NotTwiceDifferentiable:
+    return NotTwiceDifferentiable(
+        "thunder_core.jit: a backward that is itself differentiated (torch.autograd.grad(..., create_graph=True) "
+        "or .backward(create_graph=True): gradient penalties, double backward, torch.func.hessian) reached a "
+        "jitted function. Its compiled backward computes gradients once and is not differentiable again, so "
+        "the second-order gradient would be silently wrong. Ways out: run the part that is differentiated "
+        "twice eagerly (call the original module or function, not the jitted one, for that step), or compute "
+        "the first gradient without create_graph=True."
+    )
 
 
 @dataclass
@@ -52,8 +67,9 @@ class ThunderAutogradFunction(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads):
+        if torch.is_grad_enabled():  # create_graph=True: the gradient would be differentiated again
+            raise _refuse_create_graph()
         tensors, objects = iter(ctx.saved_tensors), iter(ctx.objects)
         saved = [next(tensors) if is_tensor else next(objects) for is_tensor in ctx.layout]
         program = ctx.program
