@@ -6,7 +6,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from thunder_core.capture.source import user_location
-from thunder_core.errors import DataDependentError
+from thunder_core.errors import CaptureError, DataDependentError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.tree import tree_map
 from thunder_core.ops.registry import lookup, opaque_symbol
@@ -18,7 +18,7 @@ _METADATA = {
     T.shape.__get__, T.dtype.__get__, T.device.__get__, T.ndim.__get__, T.requires_grad.__get__,
     T.is_cuda.__get__, T.is_meta.__get__, T.layout.__get__, T.is_sparse.__get__, T.is_quantized.__get__,
     T.size, T.dim, T.ndimension, T.stride, T.numel, T.nelement, T.is_floating_point, T.is_complex,
-    T.element_size, T.__len__, T.is_contiguous, T.get_device, T.storage_offset, torch.numel,
+    T.element_size, T.__len__, T.is_contiguous, T.get_device, torch.numel,
     torch.is_floating_point, torch.is_complex, torch.is_tensor, T.is_signed,
 }  # fmt: skip
 
@@ -62,6 +62,25 @@ def data_dependent_error(what: str) -> DataDependentError:
     )
 
 
+# Where a tensor's data lies in its storage: not part of what a trace is specialized on.
+_STORAGE_QUERIES = {
+    T.storage_offset: "reads a tensor's storage offset (Tensor.storage_offset)",
+    T.data_ptr: "reads a tensor's data address (Tensor.data_ptr)",
+    T.untyped_storage: "reads a tensor's storage (Tensor.untyped_storage)",
+}
+
+
+def storage_query_error(what: str) -> CaptureError:
+    where = user_location()
+    place = f"{where.filename}:{where.lineno}: `{where.line}`" if where else "the captured function"
+    return CaptureError(
+        f"{place} {what}. thunder_core.jit specializes a trace on shapes, strides, dtypes and devices, not on "
+        "where the data lies in memory, so the value read while capturing could be wrong on a later call. "
+        "Ways out: compute from sizes and strides instead (Tensor.stride(), Tensor.is_contiguous()), or "
+        "leave this function (or this part of it) un-jitted."
+    )
+
+
 class CaptureMode(TorchFunctionMode):
     """Routes torch calls to thunder_core symbols; unknown ones become opaque calls.
 
@@ -79,6 +98,9 @@ class CaptureMode(TorchFunctionMode):
         reason = _DATA_DEPENDENT.get(func)
         if reason is not None:
             raise data_dependent_error(reason)
+        reason = _STORAGE_QUERIES.get(func)
+        if reason is not None and any(isinstance(a, TensorProxy) for a in args):
+            raise storage_query_error(reason)
         if self._lift is not None:
             args, kwargs = tree_map(self._lift, args), tree_map(self._lift, kwargs)
         if func is T.__repr__ or func is T.__format__ or func is T.__str__:

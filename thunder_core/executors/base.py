@@ -76,7 +76,7 @@ def metadata_key(bsym: BoundSymbol) -> tuple:
 
     def part(x):
         if isinstance(x, TensorProxy):
-            return ("tensor", tuple(x.shape), x.dtype, x.device, x.requires_grad)
+            return ("tensor", tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad)
         try:
             hash(x)
         except TypeError:

@@ -1,6 +1,6 @@
 """Cache keys: what a compiled trace was specialized on, computed cheaply on every call.
 
-A key holds, per tensor, its shape, dtype, device and requires_grad; per Python number,
+A key holds, per tensor, its shape, strides (its memory layout), dtype, device and requires_grad; per Python number,
 string, None, dtype, device, memory format, layout, slice, Ellipsis or enum member, its type
 and value; per function, class or Python module, its identity; per container, its type and
 length (and keys); plus the grad mode. Anything else (objects whose attributes could change
@@ -40,6 +40,7 @@ def add_to_key(x, key: list, leaves: list, path: str) -> None:
     """Append ``x``'s part of the key; tensors and numbers also go to ``leaves``."""
     if isinstance(x, Tensor):
         key.append(x.shape)
+        key.append(x.stride())
         key.append(x.dtype)
         key.append(x.device)
         key.append(x.requires_grad)
@@ -70,7 +71,9 @@ def add_to_key(x, key: list, leaves: list, path: str) -> None:
 def describe(x, path: str, out: dict[str, str]) -> None:
     """Readable ``path -> description`` of what a key holds, for recompilation warnings."""
     if isinstance(x, Tensor):
-        out[path] = f"tensor {tuple(x.shape)} {x.dtype} on {x.device}, requires_grad={x.requires_grad}"
+        out[path] = (
+            f"tensor {tuple(x.shape)} {x.dtype} on {x.device}, requires_grad={x.requires_grad}, strides {x.stride()}"
+        )
     elif isinstance(x, (tuple, list)):
         out[path] = f"{type(x).__name__} of {len(x)}"
         for i, item in enumerate(x):

@@ -117,6 +117,7 @@ class ThunderFunction:
                 if not isinstance(a, Tensor):
                     break
                 key.append(a.shape)
+                key.append(a.stride())
                 key.append(a.dtype)
                 key.append(a.device)
                 key.append(a.requires_grad)

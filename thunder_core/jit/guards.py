@@ -437,10 +437,10 @@ class GuardBuilder:
         """Guard the metadata of real tensors the trace takes as inputs (their data is read live)."""
         for t in tensors:
             name = self.bind(t, "t")
-            metadata = (t.shape, t.dtype, t.device, t.requires_grad)
+            metadata = (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
             where = self.tensor_paths.get(id(t), "a tensor the function uses")
-            self.equal(f"({name}.shape, {name}.dtype, {name}.device, {name}.requires_grad)", metadata,
-                       f"shape, dtype, device, requires_grad of {where}")  # fmt: skip
+            self.equal(f"({name}.shape, {name}.stride(), {name}.dtype, {name}.device, {name}.requires_grad)",
+                       metadata, f"shape, strides, dtype, device, requires_grad of {where}")  # fmt: skip
 
     def random_draw(self) -> str | None:
         """Where a NumPy generator reachable from the program was drawn from since it was found."""

@@ -71,7 +71,9 @@ class _ModuleState:
         for extension in self.extensions:
             out.update(extension.describe())
         for name, t in self.named_tensors():
-            out[name] = f"tensor {tuple(t.shape)} {t.dtype} on {t.device}, requires_grad={t.requires_grad}"
+            out[name] = (
+                f"tensor {tuple(t.shape)} {t.dtype} on {t.device}, requires_grad={t.requires_grad}, strides {t.stride()}"
+            )
         return out
 
     def _restore_references(self, originals: dict[int, torch.Tensor]) -> None:
