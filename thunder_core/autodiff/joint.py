@@ -8,7 +8,9 @@ values the backward reads.
 
 Each bound symbol that needs a gradient is replayed through its VJP rule; without a rule
 its decomposition is replayed; without either, PyTorch autograd differentiates it at
-run time (``autograd_fallback``).
+run time (``autograd_fallback``). Ops on complex tensors always take PyTorch autograd: the
+rules are written for real numbers, and complex gradients follow PyTorch's conjugate
+Wirtinger convention.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class _Replay:
             return
         if bsym.symbol.has_tag(INPLACE):
             raise NotDifferentiable(f"in-place {bsym.symbol.printed_name} on a value that needs a gradient")
+        if _touches_complex(bsym):
+            self._apply(fallback_rule(bsym.symbol), bsym, source)
+            return
         rule = self._executor_rule(bsym) or vjp_rule(bsym.symbol)
         if rule is not None and self._apply(rule, bsym, source):
             return
@@ -105,6 +110,12 @@ class _Replay:
                     self.names[old.name] = new.name
         self.steps.append((out, backward))
         return True
+
+
+def _touches_complex(bsym: BoundSymbol) -> bool:
+    return any(
+        isinstance(p, TensorProxy) and p.dtype.is_complex for p in (*bsym.flat_args(), *bsym.flat_outputs())
+    )
 
 
 def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
