@@ -10,6 +10,7 @@ between calls) is rejected with a TypeError naming the argument and the way out.
 from __future__ import annotations
 
 import enum
+import math
 import types
 
 import torch
@@ -46,7 +47,10 @@ def add_to_key(x, key: list, leaves: list, path: str) -> None:
         key.append(x.requires_grad)
         leaves.append(x)
     elif type(x) in _VALUE_TYPES:
-        key.append((type(x), x))
+        if type(x) is float and (x == 0.0 or x != x):  # -0.0 == 0.0 and nan != nan: key them apart/together
+            key.append((float, math.copysign(1.0, x), x == x))
+        else:
+            key.append((type(x), x))
         if type(x) in _NUMBER_TYPES:
             leaves.append(x)
     elif type(x) is slice:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import functools
 import itertools
+import math
 import sys
 import types
 from typing import Any
@@ -89,6 +90,7 @@ _OPAQUE_MODULES = ("logging", "threading", "_thread", "multiprocessing", "concur
 # Python modules whose attributes are not guarded (they do not change under a program).
 _STABLE_MODULES = frozenset(sys.stdlib_module_names) | {"torch", "thunder_core", "numpy", "typing_extensions"}
 MAX_CHECKS = 50_000
+MAX_DEPTH = 32
 MAX_ARRAY_ELEMENTS = 4096
 
 
@@ -162,6 +164,7 @@ class GuardBuilder:
         self._emitted: set[tuple[str, str]] = set()
         self._descriptions: list[tuple[str, Any]] = []
         self._walked: set[int] = set()
+        self._classes_walked: set[int] = set()  # classes whose attributes were walked
         self._keepalive: list = []  # objects whose ids are in _bound/_walked stay alive
         self.tensor_paths: dict[int, str] = {}  # id of a real tensor -> where it was found
         self.root_state_modules: set[int] = set()  # modules whose parameters/buffers are jit inputs
@@ -201,6 +204,10 @@ class GuardBuilder:
         if value is None or type(value) is bool:
             self._emit(expr, f"v is {value!r}", what, value)
             return
+        if _holds_float_zero(value):  # 0.0 == -0.0, yet they compute differently (1 / x, signbit)
+            self._namespace["_identical"] = identical_values
+            self._emit(expr, f"_identical(v, {self.bind(value, 'k')})", what, value)
+            return
         type_name = self.bind(type(value), "T")
         if _literal(value):
             self._emit(expr, f"type(v) is {type_name} and v == {value!r}", what, value)
@@ -229,8 +236,13 @@ class GuardBuilder:
 
     def contents(self, obj, what: str, depth: int = 0) -> None:
         """Guard what ``obj`` holds (once per object; its identity is checked where it is found)."""
-        if id(obj) in self._walked or depth > 32:
+        if id(obj) in self._walked:
             return
+        if depth > MAX_DEPTH:
+            raise TooMuchState(
+                f"{what} is nested more than {MAX_DEPTH} objects deep; guards stop there, so a change below it "
+                "would go unseen"
+            )
         self._walked.add(id(obj))
         self._keepalive.append(obj)
         name = self.bind(obj)
@@ -261,9 +273,17 @@ class GuardBuilder:
         elif isinstance(obj, (set, frozenset)):
             if all(is_immutable(x) for x in obj):
                 self.equal(f"frozenset({name})", frozenset(obj), what)
+            else:  # the same members (by hash and equality: identity for plain objects), each walked
+                self.condition(f"len({name})", f"v == {len(obj)}", f"len({what})", len(obj))
+                for item in obj:
+                    self.condition(f"{self.bind(item, 'k')} in {name}", "v", f"a member of {what}", True)
+                    if not is_immutable(item):
+                        self.contents(item, f"a member of {what}", depth)
         elif type(obj).__module__ == "numpy" and type(obj).__name__ == "ndarray":
             self._numpy_array(obj, name, what)
-        elif isinstance(obj, (type, types.ModuleType, types.BuiltinFunctionType, torch.Generator)):
+        elif isinstance(obj, type):
+            self._class_attributes(obj, depth)  # a class used as a namespace (Config.table)
+        elif isinstance(obj, (types.ModuleType, types.BuiltinFunctionType, torch.Generator)):
             pass  # the object itself is what matters; its identity is checked where it is found
         elif type(obj).__module__.startswith("numpy.random"):
             state = generator_state(obj)  # a draw from it while capturing would be frozen into the trace
@@ -314,7 +334,7 @@ class GuardBuilder:
             self.value(f"{name}.__kwdefaults__", fn.__kwdefaults__, f"keyword defaults of {what}", depth)
 
     def _plain_object(self, obj, name: str, what: str, depth: int) -> None:
-        self._class_attributes(type(obj))
+        self._class_attributes(type(obj), depth)
         attributes = getattr(obj, "__dict__", None)
         if isinstance(attributes, dict):
             d = self.bind(attributes, "d")
@@ -357,25 +377,27 @@ class GuardBuilder:
                     self._dict_items(self.bind(item, "d"), item, f"{what}.{key}", depth)
             elif key != "training" or not in_root_state:  # training of jit(module)'s tree is in the key
                 self.value(f"{d}.get({key!r}, MISSING)", item, f"{what}.{key}", depth)
-        self._class_attributes(type(module))
+        self._class_attributes(type(module), depth)
 
-    def _class_attributes(self, cls: type) -> None:
-        """Plain values and methods of user classes (``Block.scale = 3``, ``Block.forward = f``)."""
+    def _class_attributes(self, cls: type, depth: int = 0) -> None:
+        """Values and methods of user classes (``Block.scale = 3``, ``Config.table = {...}`` and
+        what it holds, ``Block.forward = f``)."""
         for klass in cls.__mro__:
             if klass in (nn.Module, object) or klass.__module__.split(".")[0] in _STABLE_MODULES:
                 break
-            if id(klass) in self._walked:
+            if id(klass) in self._classes_walked:
                 continue
-            self._walked.add(id(klass))
+            self._classes_walked.add(id(klass))
+            self._keepalive.append(klass)
             class_dict = self.bind(klass.__dict__, "d")
             for key, item in vars(klass).items():
                 if key.startswith("__") and key not in ("__call__", "__getattr__"):
                     continue
                 where = f"{klass.__qualname__}.{key}"
-                if is_immutable(item):
-                    self.equal(f"{class_dict}.get({key!r}, MISSING)", item, where)
-                elif isinstance(item, (types.FunctionType, staticmethod, classmethod, property)):
+                if isinstance(item, (types.FunctionType, staticmethod, classmethod, property)):
                     self.same_object(f"{class_dict}.get({key!r}, MISSING)", item, where)
+                elif not isinstance(item, (types.MemberDescriptorType, types.GetSetDescriptorType)):
+                    self.value(f"{class_dict}.get({key!r}, MISSING)", item, where, depth)
 
     # Roots.
     def globals_of(self, code: types.CodeType, module_globals: dict, global_chains) -> None:
@@ -528,6 +550,27 @@ def _same_expected(a, b) -> bool:
         return type(a) is type(b) and bool(a == b)
     except Exception:  # a value whose == is not a plain truth value: not provably the same
         return False
+
+
+def _holds_float_zero(value) -> bool:
+    if type(value) is float or type(value) is complex:
+        return value == 0 or (type(value) is complex and (value.real == 0 or value.imag == 0))
+    return type(value) in (tuple, frozenset) and any(_holds_float_zero(item) for item in value)
+
+
+def identical_values(a, b) -> bool:
+    """``a == b`` of the same types, telling ``-0.0`` from ``0.0`` (guards of values holding a zero)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if type(a) is complex:
+        return identical_values(a.real, b.real) and identical_values(a.imag, b.imag)
+    if type(a) is tuple:
+        return len(a) == len(b) and all(identical_values(x, y) for x, y in zip(a, b))
+    if type(a) is frozenset:  # zeros of both signs are one member of a set
+        return a == b
+    return a == b
 
 
 def _array_equal(a, b) -> bool:
