@@ -30,6 +30,7 @@ from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, free_inputs, pop_recorder, push_recorder
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
+from thunder_core.ops.effects import RetainedGrad, call_gradient_hook, register_hook, retain_grad
 from thunder_core.transforms.replay import all_names
 
 
@@ -44,6 +45,7 @@ class Split:
     output_differentiable: list[bool]  # per flat output leaf
     output_structure: object  # the user output with leaves replaced by their flat index
     names: dict = None  # a value's name in the given trace -> its name in the forward, where they differ
+    retain_grad_outputs: tuple = ()  # flat output positions the program called retain_grad() on
 
 
 def needs_grad(bsym: BoundSymbol) -> bool:
@@ -58,8 +60,11 @@ def requires_autodiff(trace: Trace) -> bool:
 
 
 class _Replay:
-    def __init__(self, namer: Namer, executors=()):
+    def __init__(self, namer: Namer, executors=(), inputs=()):
         self.executors = list(executors)
+        self.inputs = {p.name for p in inputs}
+        self.hooks: dict[str, list] = {}  # forward name of an intermediate -> gradient hooks, in order
+        self.retained: set[str] = set()  # intermediates the program called retain_grad() on
         self.recorder = Recorder(namer, top_level=False)
         self.renamed: dict[int, object] = {}
         self.names: dict[str, str] = {}
@@ -67,6 +72,14 @@ class _Replay:
 
     def process(self, bsym: BoundSymbol, source) -> None:
         bsym = bsym.substitute(self.renamed)
+        if bsym.symbol is register_hook or bsym.symbol is retain_grad:
+            tensor = bsym.args[0]
+            if tensor.name not in self.inputs:  # inputs: the call runs on the real tensor (kept below)
+                if bsym.symbol is register_hook:
+                    self.hooks.setdefault(tensor.name, []).append(bsym.args[1])
+                else:
+                    self.retained.add(tensor.name)
+                return
         if not needs_grad(bsym):
             self.recorder.bound_symbols.append(bsym)
             return
@@ -112,6 +125,12 @@ class _Replay:
         return True
 
 
+def _call_hooks(grads: dict, name: str, hooks) -> None:
+    for hook in hooks:
+        if grads.get(name) is not None:
+            grads[name] = call_gradient_hook(hook, grads[name])
+
+
 def _touches_complex(bsym: BoundSymbol) -> bool:
     return any(
         isinstance(p, TensorProxy) and p.dtype.is_complex for p in (*bsym.flat_args(), *bsym.flat_outputs())
@@ -130,7 +149,7 @@ def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
 def split_forward_backward(trace: Trace, executors=()) -> Split:
     start = time.perf_counter()
     namer = Namer(all_names(trace))
-    replay = _Replay(namer, executors)
+    replay = _Replay(namer, executors, trace.inputs)
     push_recorder(replay.recorder)
     try:
         for bsym in trace.bound_symbols:
@@ -153,6 +172,11 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
     backward_recorder = Recorder(namer, top_level=False)
     grads: dict[str, object] = {}
     grad_inputs = []
+    retained = {}
+    for i, x in enumerate(flat_outputs):  # retain_grad() of a returned value: its .grad, filled last
+        if isinstance(x, TensorProxy) and x.name in replay.retained and x.name not in retained:
+            retained[x.name] = i
+            replay.hooks.setdefault(x.name, []).append(RetainedGrad(i))
     push_recorder(backward_recorder)
     try:
         for x, is_diff in zip(flat_outputs, differentiable):
@@ -162,6 +186,9 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
                 _accumulate(grads, x, g)
         for out, backward in reversed(replay.steps):
             outs = list(leaves(out))
+            for x in outs:  # x's gradient is complete here: its hooks see it, as in eager
+                if isinstance(x, TensorProxy):
+                    _call_hooks(grads, x.name, replay.hooks.pop(x.name, ()))
             received = [grads.get(x.name) if isinstance(x, TensorProxy) else None for x in outs]
             if all(g is None for g in received):
                 continue
@@ -169,6 +196,8 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
             for proxy, g in backward(grad):
                 if isinstance(proxy, TensorProxy) and proxy.requires_grad and g is not None:
                     _accumulate(grads, proxy, g)
+        for name, hooks in list(replay.hooks.items()):  # tensors made inside that need a gradient (leaves)
+            _call_hooks(grads, name, hooks)
     finally:
         pop_recorder()
     input_grads = tuple(
@@ -201,4 +230,4 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
         function_name="backward",
         provenance=Provenance("autodiff: backward", time.perf_counter() - start),
     )
-    return Split(forward, backward, differentiable, structure, replay.names)
+    return Split(forward, backward, differentiable, structure, replay.names, tuple(retained.values()))

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from torch import nn
 
 from thunder_core.capture.recorder import Recorder
-from thunder_core.capture.source import user_location
 from thunder_core.ir.proxies import PROXY_TYPES
+from thunder_core.ir.source import user_location
 from thunder_core.ir.symbols import (
     BoundSymbol,
     Symbol,

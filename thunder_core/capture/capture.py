@@ -190,10 +190,11 @@ def capture(
     lifter = TensorLifter(builder, paths)
     recorder = Recorder(Namer(builder.taken), top_level=True)
     binder = extra_binder(extra_proxies) if extra_binder is not None else nullcontext()
-    reads = (
-        ExecutedUserCode(lambda code, g: guard_builder.globals_of(code, g, global_chains(code)))
+    # Seeding and Python-level random draws are refused with or without guards.
+    reads = ExecutedUserCode(
+        (lambda code, g: guard_builder.globals_of(code, g, global_chains(code)))
         if guard_builder is not None
-        else nullcontext()
+        else (lambda code, g: None)
     )
     with (
         _compiling(),
@@ -209,9 +210,16 @@ def capture(
     if guard_builder is not None:
         guard_builder.arrays_read |= lifter.arrays_read
         guard_builder.check_arrays_read()
+    reset = reads.generator_reset
+    if reset is not None:
+        raise CaptureError(
+            f"thunder_core.jit: {reset} while being captured. The trace records random draws, not the seeding, "
+            "so later calls would continue the stream where eager starts it again. Way out: seed outside the "
+            "jitted function, before calling it."
+        )
     if guard_builder is not None and reads.random_draw is None:
         reads.random_draw = guard_builder.random_draw()
-    if guard_builder is not None and reads.random_draw is not None:
+    if reads.random_draw is not None:
         raise CaptureError(
             f"thunder_core.jit: {reads.random_draw} while being captured; the number drawn would be frozen "
             "into the trace and repeat on every call. Ways out: draw with torch (torch.rand, torch.randint, "

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from thunder_core.capture.source import user_location
 from thunder_core.errors import CaptureError, DataDependentError
 from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.source import user_location
 from thunder_core.ir.tree import tree_map
 from thunder_core.ops.registry import lookup, opaque_symbol
 

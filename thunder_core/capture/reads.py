@@ -124,6 +124,31 @@ def _python_random_generator(fn) -> str | None:
     return None if name in _NOT_DRAWS else f"{kind} ({name})"
 
 
+_TORCH_GENERATOR_SETTERS = frozenset(
+    {"manual_seed", "seed", "set_state", "set_offset", "graphsafe_set_state"}
+)
+
+
+def torch_generator_reset(fn) -> str | None:
+    """``torch.Generator.manual_seed`` and the other calls that set a torch generator's state, named."""
+    name = getattr(fn, "__name__", "")
+    if name in _TORCH_GENERATOR_SETTERS and isinstance(getattr(fn, "__self__", None), torch.Generator):
+        return f"torch's random generator ({name})"
+    return None
+
+
+def _called_by_user(frame) -> bool:
+    """True when the nearest caller that is user code or thunder_core is user code."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_THUNDER_CORE_DIR):
+            return False
+        if is_user_code(filename):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _importing(frame) -> bool:
     """True while an import runs during capture (below the capture's own frames)."""
     while frame is not None:
@@ -134,6 +159,13 @@ def _importing(frame) -> bool:
             return False
         frame = frame.f_back
     return False
+
+
+def _user_place(frame) -> str:
+    """``file:line`` of the innermost user code at ``frame``."""
+    while frame is not None and not is_user_code(frame.f_code.co_filename):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "the function"
 
 
 class ExecutedUserCode:
@@ -152,6 +184,7 @@ class ExecutedUserCode:
         self._previous = None
         self._paused = None
         self.random_draw: str | None = None
+        self.generator_reset: str | None = None  # where the program set a torch generator's state
 
     def _profile(self, frame, event, arg):
         if event == "call":
@@ -162,14 +195,13 @@ class ExecutedUserCode:
                 if not _importing(frame):
                     self._seen.add(code)
                     self._on_first_entry(code, frame.f_globals)
+        elif event == "c_call" and self.generator_reset is None and torch_generator_reset(arg) is not None:
+            if _called_by_user(frame):
+                self.generator_reset = f"{_user_place(frame)} sets the state of {torch_generator_reset(arg)}"
         elif event == "c_call" and self.random_draw is None:
             generator = _python_random_generator(arg)
             if generator is not None and not _importing(frame):
-                user = frame
-                while user is not None and not is_user_code(user.f_code.co_filename):
-                    user = user.f_back
-                where = f"{user.f_code.co_filename}:{user.f_lineno}" if user is not None else "the function"
-                self.random_draw = f"{where} draws from {generator}"
+                self.random_draw = f"{_user_place(frame)} draws from {generator}"
         if self._previous is not None:
             self._previous(frame, event, arg)
 

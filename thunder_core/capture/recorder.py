@@ -6,11 +6,13 @@ import itertools
 import os
 from contextlib import contextmanager
 
+import torch
+
 from thunder_core.capture.meta import run_on_meta
-from thunder_core.capture.source import user_location
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
+from thunder_core.ir.source import user_location
+from thunder_core.ir.symbols import EFFECT, INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.ops._helpers import NoDecomposition
 
@@ -46,6 +48,33 @@ _FACTORIES = frozenset(
      "logspace", "eye", "tensor", "as_tensor", "scalar_tensor", "empty_strided", "tril_indices",
      "triu_indices", "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window"}
 )  # fmt: skip
+
+
+# Torch calls that return None whose effect is on capture itself, not on the program's data:
+# grad mode switched by ``torch.no_grad()`` / ``enable_grad()`` (proxies carry the mode in force).
+_EFFECTS_OF_CAPTURE = frozenset({"_set_grad_enabled", "torch._C._set_grad_enabled"})
+
+
+def _is_value(output) -> bool:
+    """A plain answer (a metadata query's bool, int, size, dtype...), not None or a handle."""
+    if type(output) in (tuple, list, torch.Size):
+        return all(_is_value(x) for x in output)
+    return output is not None and isinstance(output, _VALUES)
+
+
+_VALUES = (bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _effect_error(symbol: Symbol, output) -> CaptureError:
+    where = user_location()
+    place = f"{where.filename}:{where.lineno}: `{where.line}`" if where else "the captured function"
+    got = "nothing" if output is None else f"a {type(output).__qualname__}"
+    return CaptureError(
+        f"{place} calls {symbol.printed_name}, which returns {got} and no tensor while capturing: it either acts "
+        "on a tensor (an effect thunder_core has no record of, so later calls would not repeat it) or reads "
+        "state a traced tensor does not have (.grad, .grad_fn). Ways out: make this call outside the jitted "
+        "function, or leave this function un-jitted."
+    )
 
 
 def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:
@@ -88,6 +117,8 @@ class Recorder:
         kwargs = dict(kwargs)
         output = self.outputs(symbol, args, kwargs)
         if symbol.has_tag(OPAQUE) and not symbol.has_tag(INPLACE) and not _proxies(output):
+            if not _is_value(output) and symbol.name not in _EFFECTS_OF_CAPTURE:
+                raise _effect_error(symbol, output)
             return output  # a metadata query such as x.is_contiguous(): nothing to record
         if (
             symbol.name in _FACTORIES
@@ -103,7 +134,8 @@ class Recorder:
         if symbol.decomposition is not None and not symbol.has_tag(INPLACE):
             subsymbols = self.decompose(symbol, args, kwargs, output)
         source = user_location() if self.top_level else None
-        self.bound_symbols.append(BoundSymbol(symbol, args, kwargs, output, subsymbols, source))
+        recorded = None if symbol.has_tag(EFFECT) and not _proxies(output) else output  # a hook's handle
+        self.bound_symbols.append(BoundSymbol(symbol, args, kwargs, recorded, subsymbols, source))
         return output
 
     def decompose(self, symbol: Symbol, args: tuple, kwargs: dict, output) -> list[BoundSymbol]:

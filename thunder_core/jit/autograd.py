@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -9,6 +10,7 @@ from torch.utils._pytree import tree_unflatten
 
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.tree import tree_map
+from thunder_core.ops.effects import running_backward
 
 
 class NotTwiceDifferentiable(ThunderCoreError):
@@ -35,6 +37,7 @@ class TrainingProgram:
     output_differentiable: list[bool]
     output_structure: object
     output_treespec: object = None
+    retain_grad_outputs: tuple = ()  # flat outputs the program called retain_grad() on
 
     def rebuild(self, flat):
         out = tree_map(lambda i: flat[i], self.output_structure)
@@ -43,7 +46,11 @@ class TrainingProgram:
         return out
 
     def __call__(self, *leaves):
-        return self.rebuild(ThunderAutogradFunction.apply(self, *leaves))
+        flat = ThunderAutogradFunction.apply(self, *leaves)
+        if self.retain_grad_outputs:  # the backward fills their .grad (ops.effects.RetainedGrad)
+            node = flat[self.retain_grad_outputs[0]].grad_fn
+            node.retained_outputs = {i: weakref.ref(flat[i]) for i in self.retain_grad_outputs}
+        return self.rebuild(flat)
 
 
 class ThunderAutogradFunction(torch.autograd.Function):
@@ -76,4 +83,8 @@ class ThunderAutogradFunction(torch.autograd.Function):
         output_grads = [
             g for g, differentiable in zip(grads, program.output_differentiable) if differentiable
         ]
-        return (None, *program.backward(*saved, *output_grads))
+        running_backward.outputs = getattr(ctx, "retained_outputs", None)
+        try:
+            return (None, *program.backward(*saved, *output_grads))
+        finally:
+            running_backward.outputs = None

@@ -20,7 +20,7 @@ import torch
 from thunder_core.autodiff.joint import requires_autodiff, split_forward_backward
 from thunder_core.capture.blocks import BLOCK, inline_blocks
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
-from thunder_core.ir.symbols import INPLACE, BoundSymbol, Symbol, active_recorder
+from thunder_core.ir.symbols import EFFECT, INPLACE, BoundSymbol, Symbol, active_recorder
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 from thunder_core.transforms.rematerialize import rematerialize
@@ -209,7 +209,11 @@ def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[Blo
         inner = bsym.subsymbols
         produced = [p for b in inner for p in b.flat_outputs()]
         outputs = list({p.name: p for p in produced if last_uses.get(p.name, -1) > position}.values())
-        if len(inner) < MIN_BLOCK_OPS or not outputs or any(b.symbol.has_tag(INPLACE) for b in inner):
+        if (
+            len(inner) < MIN_BLOCK_OPS
+            or not outputs
+            or any(b.symbol.has_tag(INPLACE) or b.symbol.has_tag(EFFECT) for b in inner)
+        ):
             plan.append(list(inner))
             continue
         inputs = list(bsym.args)

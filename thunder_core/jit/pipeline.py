@@ -249,6 +249,7 @@ def _compile(
                 split.output_differentiable,
                 split.output_structure,
                 captured.output_treespec,
+                split.retain_grad_outputs,
             )
             if not torch.is_grad_enabled():
                 program = _with_grad_enabled(program)

@@ -8,6 +8,7 @@ from thunder_core.ops import (  # noqa: F401  (imported to register their symbol
     composite,
     conversions,
     creation,
+    effects,
     elementwise,
     indexing,
     leaves,

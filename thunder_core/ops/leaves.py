@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from thunder_core.ir.symbols import RANDOM
 from thunder_core.ops import composite, conversions, creation, elementwise, indexing, nn, reductions, shapes  # noqa: F401
-from thunder_core.ops.registry import TORCH_SYMBOLS, lookup, register_torch_op
+from thunder_core.ops.registry import RANDOM_NAMES, TORCH_SYMBOLS, lookup, register_torch_op
 
 _FUNCTIONAL = """
 conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d conv_tbc unfold fold
@@ -84,7 +85,7 @@ def _register(name: str, fn, method=None) -> None:
     if name in TORCH_SYMBOLS or lookup(fn) is not None:
         return
     aliases = [method] if method is not None and lookup(method) is None else []
-    register_torch_op(name, fn, *aliases)
+    register_torch_op(name, fn, *aliases, tags=(RANDOM,) if name in RANDOM_NAMES else ())  # F.rrelu draws
 
 
 def register_leaves() -> None:

@@ -109,7 +109,7 @@ def _is_inplace(fn, kwargs) -> bool:
 
 # Torch callables without a symbol of their own that draw random numbers: recorded as opaque calls
 # tagged RANDOM, so no pass drops or duplicates their draws (the generator's stream stays eager's).
-_RANDOM_NAMES = frozenset(
+RANDOM_NAMES = frozenset(
     {"normal", "poisson", "multinomial", "binomial", "_standard_gamma", "_sample_dirichlet", "rrelu",
      "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_dropout",
      "feature_alpha_dropout", "native_dropout", "gumbel_softmax", "fused_dropout", "_fused_dropout"}
@@ -127,7 +127,7 @@ def draws_random_numbers(fn) -> bool:
     if entry is not None and entry[0].has_tag(RANDOM):
         return True
     name = getattr(fn, "__name__", fn if isinstance(fn, str) else "")
-    return name in _RANDOM_NAMES or name in _RANDOM_INPLACE_NAMES
+    return name in RANDOM_NAMES or name in _RANDOM_INPLACE_NAMES
 
 
 def opaque_symbol(fn, kwargs) -> Symbol:
@@ -142,7 +142,7 @@ def opaque_symbol(fn, kwargs) -> Symbol:
         path = torch_path(fn)
         name = path or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
         tags = {OPAQUE} | ({INPLACE} if inplace else set())
-        if getattr(fn, "__name__", "") in _RANDOM_NAMES:
+        if getattr(fn, "__name__", "") in RANDOM_NAMES:
             tags.add(RANDOM)
         symbol = Symbol(name=name, impl=fn, printed_name=path or f"opaque_{name}", tags=frozenset(tags))
         if key is not None:

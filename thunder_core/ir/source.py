@@ -12,7 +12,7 @@ from thunder_core.ir.symbols import SourceLocation
 
 _SKIPPED = (
     os.path.dirname(torch.__file__) + os.sep,
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # thunder_core/
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # thunder_core/ (this is ir/)
     os.path.dirname(os.__file__) + os.sep + "contextlib.py",
 )
 
