@@ -6,6 +6,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import threading
 import warnings
 from typing import NamedTuple
 
@@ -25,6 +26,9 @@ DEFAULT_RECOMPILE_LIMIT = 8
 
 
 CACHE_MODES = ("guarded", "same input")
+# Captures run one at a time in a process (capture is Python-bound, so this costs little): two
+# jitted wrappers of one module never install their capture views at once.
+_COMPILE_LOCK = threading.RLock()
 
 
 class CacheInfo(NamedTuple):
@@ -105,6 +109,8 @@ class ThunderFunction:
         self._last: Compiled | None = None
         self._warned = False
         self._eager_reason: str | None = None  # set when the program cannot be guarded cheaply
+        # One thread at a time compiles (the cache and the module's capture view are shared).
+        self._compile_lock = _COMPILE_LOCK
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args, **kwargs):
@@ -150,7 +156,7 @@ class ThunderFunction:
                 add_to_key(value, key, leaves, name)
         if self._state is not None:
             key.append(self._state.key())
-            for t in self._state.tensors():
+            for t in self._state.tensors():  # real tensors, also while another thread captures
                 add_to_key(t, key, leaves, "state")
         return tuple(key), leaves
 
@@ -183,6 +189,10 @@ class ThunderFunction:
         return "; ".join(changes) or "inputs changed"
 
     def _miss(self, key, leaves, args, kwargs):
+        with self._compile_lock:
+            return self._miss_locked(key, leaves, args, kwargs)
+
+    def _miss_locked(self, key, leaves, args, kwargs):
         self._misses += 1
         for compiled in reversed(self._variants.get(key, ())):
             if compiled.guard is None or compiled.guard.check() is None:

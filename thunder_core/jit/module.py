@@ -8,6 +8,7 @@ in the module's own ``_parameters``/``_buffers`` dicts only while the forward is
 from __future__ import annotations
 
 import sys
+import threading
 from contextlib import ExitStack, contextmanager
 
 import torch
@@ -16,6 +17,54 @@ from torch import nn
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.jit.function import ThunderFunction
 from thunder_core.plugins.errors import PluginError
+
+
+class ThreadView(dict):
+    """A module's ``_parameters`` or ``_buffers`` while one thread captures its forward.
+
+    The capturing thread sees the stand-ins in ``view``; every other thread sees the real tensors,
+    so eager calls of the module and cached calls of its jitted forward in other threads run as
+    usual. Writes from other threads reach the module's own dict too.
+    """
+
+    def __init__(self, original: dict):
+        super().__init__(original)
+        self.original = original
+        self.thread = threading.get_ident()
+        self.view: dict = {}
+
+    def _mine(self) -> bool:
+        return threading.get_ident() == self.thread
+
+    def __getitem__(self, key):
+        if self._mine() and key in self.view:
+            return self.view[key]
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        if self._mine() and key in self.view:
+            return self.view[key]
+        return dict.get(self, key, default)
+
+    def __setitem__(self, key, value) -> None:
+        if self._mine() and key in self.view:
+            self.view[key] = value
+            return
+        dict.__setitem__(self, key, value)
+        self.original[key] = value
+
+    def __delitem__(self, key) -> None:
+        self.view.pop(key, None)
+        dict.__delitem__(self, key)
+        self.original.pop(key, None)
+
+    def items(self):
+        if not self._mine():
+            return dict.items(self)
+        return [(k, self.view.get(k, v)) for k, v in dict.items(self)]
+
+    def values(self):
+        return [v for _, v in self.items()]
 
 
 class _ModuleState:
@@ -107,19 +156,26 @@ class _ModuleState:
 
     @contextmanager
     def binder(self, proxies):
+        """While capturing, the forward (in this thread only) sees ``proxies`` as its parameters and buffers."""
         saved = [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
         replaced = []
         seen = list(proxies)
+        views: dict[tuple[int, str], tuple[nn.Module, str, ThreadView]] = {}
         try:
             seen = self._bound(proxies)
             for (owner, kind, attr, _), proxy in zip(self.slots, seen):
-                getattr(owner, kind)[attr] = proxy
+                found = views.get((id(owner), kind))
+                if found is None:
+                    found = views[(id(owner), kind)] = (owner, kind, ThreadView(owner.__dict__[kind]))
+                    owner.__dict__[kind] = found[2]
+                found[2].view[attr] = proxy
             yield
         finally:
-            for (owner, kind, attr, name), tensor, proxy in zip(self.slots, saved, seen):
+            for (owner, kind, attr, name), proxy in zip(self.slots, seen):
                 if getattr(owner, kind).get(attr) is not proxy:
                     replaced.append(f"{name} ({kind[1:-1]})")
-                getattr(owner, kind)[attr] = tensor
+            for owner, kind, view in views.values():
+                owner.__dict__[kind] = view.original
             self._restore_references({id(p): t for p, t in zip(seen, saved)})
         if replaced:
             raise CaptureError(
