@@ -185,6 +185,13 @@ class _ModuleState:
             )
 
 
+def _has_uninitialized_parameters(module: nn.Module) -> bool:
+    return any(
+        isinstance(tensor, nn.parameter.UninitializedTensorMixin)
+        for tensor in [*module.parameters(), *module.buffers()]
+    )
+
+
 def _refuse_distributed_tensors(module: nn.Module) -> None:
     """Parameters sharded by another wrapper (FSDP2's ``fully_shard`` makes them DTensors) are
     gathered by that wrapper's hooks, which a trace cannot replay: say what composes instead."""
@@ -228,6 +235,7 @@ class ThunderModule(nn.Module):
                 ) from error
             if extension is not None:
                 extensions.append(extension)
+        self._lazy = _has_uninitialized_parameters(module)
         self._state = _ModuleState(module)
         self._state.extensions = extensions
         self._forward = ThunderFunction(
@@ -243,7 +251,18 @@ class ThunderModule(nn.Module):
         return self._model(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
+        if self._lazy:
+            return self._initializing_call(*args, **kwargs)
         return self._forward(*args, **kwargs)
+
+    def _initializing_call(self, *args, **kwargs):
+        """Lazy modules (``nn.LazyLinear``) learn their parameters' shapes on their first call: that
+        call runs eagerly, as it would without jit; once every parameter exists, calls compile."""
+        out = self._model(*args, **kwargs)
+        self._lazy = _has_uninitialized_parameters(self._model)
+        if not self._lazy:
+            self._state.refresh()
+        return out
 
     def __getattr__(self, name: str):
         try:
