@@ -42,7 +42,7 @@ def test_lazy_modules_initialize_on_the_first_call_then_compile(front_end):
     torch.manual_seed(0)
     actual = cmodel(x)  # initializes the parameters, drawing the same numbers
     torch.testing.assert_close(actual, expected)
-    for step in range(3):
+    for _ in range(3):
         x = torch.randn(2, 3, 6, 6)
         expected, actual = reference(x), cmodel(x)
         torch.testing.assert_close(actual, expected)

@@ -92,16 +92,10 @@ def jit(
     differentiated, claimed and compiled once and share the result. ``reuse_blocks=False``
     compiles every layer's operations separately.
     """
-    from thunder_core.plugins.config import resolve
-    from thunder_core.plugins.job import build_job
-
-    job = build_job(resolve(executors=executors, plugins=plugins, options=options, disable=disable))
+    arguments = {"executors": executors, "plugins": plugins, "options": options, "disable": disable,
+                 "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks}  # fmt: skip
     if isinstance(fn, nn.Module):
-        return ThunderModule(
-            fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks
-        )
+        return ThunderModule.from_arguments(fn, arguments)
     if not callable(fn):
         raise TypeError(f"thunder_core.jit expects a function or an nn.Module, got {type(fn).__qualname__}")
-    return ThunderFunction(
-        fn, recompile_limit=recompile_limit, job=job, cache=cache, reuse_blocks=reuse_blocks
-    )
+    return ThunderFunction.from_arguments(fn, arguments)

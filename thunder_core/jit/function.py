@@ -85,6 +85,7 @@ class ThunderFunction:
         guard_root=None,
         signature_of=None,
         reuse_blocks: bool = True,
+        arguments: dict | None = None,
     ):
         if cache not in CACHE_MODES:
             raise ValueError(
@@ -92,6 +93,13 @@ class ThunderFunction:
             )
         self._fn = fn
         self._job = job
+        self._options = {
+            "recompile_limit": recompile_limit,
+            "job": job,
+            "cache": cache,
+            "reuse_blocks": reuse_blocks,
+        }
+        self._arguments = arguments  # thunder_core.jit's arguments, for pickling
         self._recompile_limit = recompile_limit
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
         self._guarded = cache == "guarded"
@@ -323,6 +331,24 @@ class ThunderFunction:
             stacklevel=3,
         )
 
+    def __deepcopy__(self, memo):
+        """A copy compiles anew: the same function and options, an empty cache."""
+        if self._state is not None:
+            raise TypeError("copy the ThunderModule, not its forward")
+        return ThunderFunction(self._fn, arguments=self._arguments, **self._options)
+
+    def __reduce_ex__(self, protocol):
+        if self._arguments is None:
+            raise TypeError(f"{self!r} was not made by thunder_core.jit and cannot be pickled")
+        return (ThunderFunction.from_arguments, (self._fn, self._arguments))
+
+    @staticmethod
+    def from_arguments(fn, arguments: dict) -> ThunderFunction:
+        """``thunder_core.jit(fn, **arguments)`` for a function (also what unpickling calls)."""
+        return ThunderFunction(
+            fn, job=job_from_arguments(arguments), arguments=arguments, **jit_options(arguments)
+        )
+
     @property
     def thunder_core_guard_root(self):
         """What guards walk when this jitted function is reached from another one's state."""
@@ -334,6 +360,19 @@ class ThunderFunction:
 
     def last_compiled(self) -> Compiled | None:
         return self._last
+
+
+def job_from_arguments(arguments: dict):
+    """The job ``thunder_core.jit``'s arguments select, with the environment and the config file."""
+    from thunder_core.plugins.config import resolve
+    from thunder_core.plugins.job import build_job
+
+    selection = {key: arguments.get(key) for key in ("executors", "plugins", "options", "disable")}
+    return build_job(resolve(**selection))
+
+
+def jit_options(arguments: dict) -> dict:
+    return {key: arguments[key] for key in ("recompile_limit", "cache", "reuse_blocks") if key in arguments}
 
 
 def _root_name(root) -> str:

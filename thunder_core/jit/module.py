@@ -7,6 +7,7 @@ in the module's own ``_parameters``/``_buffers`` dicts only while the forward is
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from contextlib import ExitStack, contextmanager
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from thunder_core.errors import CaptureError, ThunderCoreError
-from thunder_core.jit.function import ThunderFunction
+from thunder_core.jit.function import ThunderFunction, jit_options, job_from_arguments
 from thunder_core.plugins.errors import PluginError
 
 
@@ -185,6 +186,10 @@ class _ModuleState:
             )
 
 
+_OWN_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs",
+              "_forward_hooks_always_called", "_backward_hooks", "_backward_pre_hooks")  # fmt: skip
+
+
 def _has_uninitialized_parameters(module: nn.Module) -> bool:
     return any(
         isinstance(tensor, nn.parameter.UninitializedTensorMixin)
@@ -217,10 +222,12 @@ class ThunderModule(nn.Module):
     falls through to it.
     """
 
-    def __init__(self, module: nn.Module, **options):
+    def __init__(self, module: nn.Module, *, arguments: dict | None = None, **options):
         super().__init__()
         _refuse_distributed_tensors(module)
         self._model = module
+        self._options = options
+        self._arguments = arguments  # thunder_core.jit's arguments, for pickling
         job = options.get("job")
         extensions = []
         for transform, plugin_options, name in job.module_transforms if job is not None else ():
@@ -241,6 +248,44 @@ class ThunderModule(nn.Module):
         self._forward = ThunderFunction(
             self._call_original, state=self._state, guard_root=module, signature_of=module.forward, **options
         )
+
+    def __deepcopy__(self, memo):
+        """An independent jitted module: a deep copy of the original module, compiled anew."""
+        self._refuse_copy("copied")
+        model = copy.deepcopy(self._model, memo)
+        new = ThunderModule(model, arguments=self._arguments, **self._options)
+        memo[id(self)] = new
+        new.training = self.training
+        for key in _OWN_HOOKS:  # hooks registered on the jitted module itself
+            if getattr(self, key, None):
+                setattr(new, key, copy.deepcopy(getattr(self, key), memo))
+        return new
+
+    def __reduce_ex__(self, protocol):
+        """Pickled as the original module and jit's arguments; unpickling jits it again."""
+        self._refuse_copy("pickled")
+        if self._arguments is None:
+            raise TypeError("this ThunderModule was not made by thunder_core.jit and cannot be pickled")
+        return (ThunderModule.from_arguments, (self._model, self._arguments, self.training))
+
+    @staticmethod
+    def from_arguments(module: nn.Module, arguments: dict, training: bool | None = None) -> ThunderModule:
+        """``thunder_core.jit(module, **arguments)`` (also what unpickling calls)."""
+        jitted = ThunderModule(
+            module, job=job_from_arguments(arguments), arguments=arguments, **jit_options(arguments)
+        )
+        if training is not None:
+            jitted.training = training
+        return jitted
+
+    def _refuse_copy(self, how: str) -> None:
+        if self._state.extensions:
+            names = sorted({type(e).__name__ for e in self._state.extensions})
+            raise TypeError(
+                f"thunder_core.jit: a module jitted with plugins that change it ({', '.join(names)}) cannot be "
+                f"{how}: they transformed the original module when it was jitted. Copy the original module "
+                "before jitting it, and jit the copy with the same plugins."
+            )
 
     @property
     def thunder_core_guard_root(self) -> nn.Module:
