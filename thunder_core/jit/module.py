@@ -315,6 +315,19 @@ class ThunderModule(nn.Module):
         except AttributeError:
             return getattr(self._modules["_model"], name)
 
+    def __setattr__(self, name: str, value) -> None:
+        """Attributes of the original module are set on it (``jmodel.scale = t`` replaces its buffer,
+        as ``torch.func.functional_call`` does); this wrapper's own attributes stay here."""
+        modules = self.__dict__.get("_modules")
+        if modules is None or "_model" not in modules or name in self.__dict__ or not hasattr(modules["_model"], name):
+            super().__setattr__(name, value)
+        elif isinstance(value, torch.Tensor) and name in modules["_model"]._parameters:
+            # A tensor in a parameter's place, as torch.func.functional_call swaps it in (a plain
+            # tensor keeps the gradient path to the tensor given).
+            modules["_model"]._parameters[name] = value
+        else:
+            setattr(modules["_model"], name, value)
+
     @property
     def extensions(self) -> tuple:
         """The ``ModuleExtension`` objects of this module's plugins (``ddp``, ``fsdp``, ...)."""
