@@ -253,7 +253,9 @@ class ThunderCompiler:
             part = self._thunder(gm)
             record.compiled[partitions[0].name] = part
             return _ThunderPart(part, gm, record, partitions[0].name)
-        split = torch.fx.passes.split_module.split_module(gm, None, lambda node: assignment[node])
+        split = torch.fx.passes.split_module.split_module(
+            gm, None, lambda node: assignment[node], keep_original_order=True
+        )  # in graph order: a part that mutates an input runs before the parts after it
         for index, part in enumerate(partitions):
             name = f"submod_{index}"
             submodule = getattr(split, name)

@@ -97,13 +97,15 @@ def partition(gm: fx.GraphModule) -> tuple[dict[fx.Node, int], list[Partition]]:
     """Each computing node's partition id, and the partitions in graph order."""
     assignment: dict[fx.Node, int] = {}
     partitions: list[Partition] = []
+    attributes = []
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
+        if node.op == "get_attr":  # constants and subgraphs travel with their first consumer
+            attributes.append(node)
+            continue
         reason = support(node)
         owner = "thunder_core" if reason is None else "fallback"
-        if node.op == "get_attr" and partitions:
-            owner = partitions[-1].owner  # constants travel with their consumers
         source = node.args[0] if node.target is operator.getitem and node.args else None
         if isinstance(source, fx.Node) and source in assignment:
             owner = partitions[assignment[source]].owner  # unpacking stays with what it unpacks
@@ -113,4 +115,12 @@ def partition(gm: fx.GraphModule) -> tuple[dict[fx.Node, int], list[Partition]]:
         if reason is not None:
             partitions[-1].reasons.append(reason)
         assignment[node] = len(partitions) - 1
+    for node in attributes:
+        consumers = [assignment[user] for user in node.users if user in assignment]
+        index = min(consumers) if consumers else len(partitions) - 1
+        if index < 0:  # a graph of constants only
+            partitions.append(Partition(f"submod_{len(partitions)}", "fallback"))
+            index = 0
+        assignment[node] = index
+        partitions[index].nodes.append(node.name)
     return assignment, partitions
