@@ -123,6 +123,28 @@ def thunder_core_register_executor(register):
     register(executor)
 """
 
+FAILING_RANDOM_OPERATOR = """
+import torch
+from thunder_core.plugins import hookimpl
+
+CALLS = []
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import OperatorExecutor
+
+    executor = OperatorExecutor("failrandom")
+
+    def randn_like(x, **kwargs):
+        CALLS.append("randn_like")
+        torch.randn_like(x, **kwargs)  # the draw happened: the generator moved on
+        raise RuntimeError("kernel launch failed after drawing")
+
+    executor.register_implementation(torch.randn_like, randn_like)
+    register(executor)
+"""
+
 
 OPTIONED_EXECUTOR = """
 import torch
@@ -355,6 +377,14 @@ PACKAGES = [
         [],
     ),
     ("tc-failop", "executors", "failop", "tc_failop", {"tc_failop/__init__.py": FAILING_OPERATOR}, []),
+    (
+        "tc-failrandom",
+        "executors",
+        "failrandom",
+        "tc_failrandom",
+        {"tc_failrandom/__init__.py": FAILING_RANDOM_OPERATOR},
+        [],
+    ),
     ("tc-optex", "executors", "optex", "tc_optex", {"tc_optex/__init__.py": OPTIONED_EXECUTOR}, []),
     ("tc-claim-a", "executors", "claima", "tc_claim_a", {"tc_claim_a/__init__.py": _claiming("claima")}, []),
     ("tc-claim-b", "executors", "claimb", "tc_claim_b", {"tc_claim_b/__init__.py": _claiming("claimb")}, []),

@@ -65,6 +65,7 @@ EXPECTED = {
     "failrun": ("available", ""),
     "failpass": ("available", ""),
     "failop": ("available", ""),
+    "failrandom": ("available", ""),
     "optex": ("available", ""),
     "goodplugin": ("available", ""),
     "weightscale": ("available", ""),
@@ -391,6 +392,23 @@ def test_strict_mode_makes_an_executor_failure_an_error(name, monkeypatch):
     jfn = thunder_core.jit(_mul_add, executors=[name])
     with pytest.raises(ExecutorFailure, match=name):
         jfn(torch.randn(4), torch.randn(4))
+
+
+def _noisy(x):
+    return x + torch.randn_like(x)
+
+
+def test_an_executor_failing_after_its_effect_is_an_error_not_a_second_run():
+    """A failed first run of a random draw (or an in-place update) may already have applied its
+    effect; running it again with torch would draw twice and move the stream off eager's."""
+    from thunder_core.executors.failures import ExecutorFailure
+
+    module = importlib.import_module("tc_failrandom")
+    module.CALLS.clear()
+    jfn = thunder_core.jit(_noisy, executors=["failrandom"])
+    with pytest.raises(ExecutorFailure, match="may have applied part of that effect"):
+        jfn(torch.zeros(3))
+    assert module.CALLS == ["randn_like"]
 
 
 def test_two_jobs_with_different_options_do_not_share_state():

@@ -23,7 +23,7 @@ from thunder_core.executors import python_executor, torch_executor
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.fusion import operations
-from thunder_core.ir.symbols import PYTHON, RANDOM, WHOLE, BoundSymbol
+from thunder_core.ir.symbols import PYTHON, RANDOM, WHOLE, BoundSymbol, is_impure
 from thunder_core.ir.trace import Provenance, Trace
 
 
@@ -46,7 +46,9 @@ def _claim(executor, bsym: BoundSymbol) -> BoundSymbol:
         claimed = executor.claimed(bsym)
         if bsym.symbol.impl is None:
             return claimed
-        guarded = FirstCall(claimed.impl, lambda: bsym.symbol.impl, executor.name, operations([bsym]))
+        guarded = FirstCall(
+            claimed.impl, lambda: bsym.symbol.impl, executor.name, operations([bsym]), impure=is_impure(bsym)
+        )
         return claimed.replace(impl=guarded)
     if isinstance(executor, FusionExecutor):
         return bsym.replace(executor=executor.name, impl=None)  # fused later by its fusion_pass

@@ -3,7 +3,9 @@
 When an executor raises while compiling a region (anything, not only ``RegionNotSupported``)
 or while running a region or an implementation for the first time, that work goes back to
 the torch executor, a warning names the executor, the operations and the error (once per
-executor, operations and error type), and ``explain`` shows it. Strict mode
+executor, operations and error type), and ``explain`` shows it. A first run that fails in
+operations with an effect (an in-place update, a random draw, a hook) is not run again: it may
+have applied part of its effect already, so it raises ``ExecutorFailure``. Strict mode
 (``THUNDER_CORE_STRICT=1`` or ``strict = true`` in the config) raises ``ExecutorFailure``
 instead. Strictness is per compilation (a context variable), never state on an executor.
 """
@@ -60,8 +62,16 @@ class FirstCall:
     records where the generated code looks this object up (codegen calls ``attach_to_namespace``), and the first success rebinds it.
     """
 
-    def __init__(self, fn: Callable, make_fallback: Callable[[], Callable], executor: str, operations: str):
+    def __init__(
+        self,
+        fn: Callable,
+        make_fallback: Callable[[], Callable],
+        executor: str,
+        operations: str,
+        impure: bool = False,
+    ):
         self.fn = fn
+        self._impure = impure  # the operations update a tensor in place, draw random numbers, call a hook
         self._make_fallback = make_fallback
         self._executor = executor
         self._operations = operations
@@ -88,6 +98,14 @@ class FirstCall:
         try:
             result = self.fn(*args, **kwargs)
         except Exception as error:
+            if self._impure:
+                raise ExecutorFailure(
+                    f"executor {self._executor!r} failed on its first run of operations that act beyond their "
+                    f"outputs ({self._operations}): {type(error).__name__}: {error}. It may have applied part of "
+                    "that effect already (an in-place update, a random draw), so running the operations again "
+                    f"with torch could apply it twice. Leave {self._executor!r} out of the job "
+                    f"(THUNDER_CORE_DISABLE={self._executor}) and report this to its maintainers."
+                ) from error
             token = _strict.set(self._strict)
             try:
                 self.failure = report_failure(self._executor, "on its first run", self._operations, error)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES
-from thunder_core.ir.symbols import BoundSymbol, Symbol, free_inputs
+from thunder_core.ir.symbols import BoundSymbol, Symbol, free_inputs, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 
@@ -104,7 +104,11 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 return
             regions += 1
             fn = FirstCall(
-                compiled, lambda region=region: torch_fallback(region), executor.name, operations(run)
+                compiled,
+                lambda region=region: torch_fallback(region),
+                executor.name,
+                operations(run),
+                impure=any(is_impure(b) for b in run),
             )
             symbol = Symbol(name=name, impl=fn, printed_name=name)
             out = tuple(region.outputs)

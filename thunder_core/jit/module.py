@@ -319,7 +319,12 @@ class ThunderModule(nn.Module):
         """Attributes of the original module are set on it (``jmodel.scale = t`` replaces its buffer,
         as ``torch.func.functional_call`` does); this wrapper's own attributes stay here."""
         modules = self.__dict__.get("_modules")
-        if modules is None or "_model" not in modules or name in self.__dict__ or not hasattr(modules["_model"], name):
+        if (
+            modules is None
+            or "_model" not in modules
+            or name in self.__dict__
+            or not hasattr(modules["_model"], name)
+        ):
             super().__setattr__(name, value)
         elif isinstance(value, torch.Tensor) and name in modules["_model"]._parameters:
             # A tensor in a parameter's place, as torch.func.functional_call swaps it in (a plain
