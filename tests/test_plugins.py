@@ -150,6 +150,17 @@ def test_strict_mode_turns_every_problem_into_an_error(monkeypatch):
         thunder_core.jit(add, executors=["goodex"])
 
 
+@pytest.mark.parametrize("autoload", [False, True], ids=["named elsewhere", "auto-loaded"])
+def test_strict_mode_refuses_a_plugin_whose_register_hook_fails(monkeypatch, autoload):
+    monkeypatch.setenv("THUNDER_CORE_STRICT", "1")
+    others = [n for n, (status, _) in EXPECTED.items() if status != "available" and n != "raisesregister"]
+    monkeypatch.setenv("THUNDER_CORE_DISABLE", ",".join(others))
+    if autoload:
+        monkeypatch.delenv("THUNDER_CORE_NO_AUTOLOAD", raising=False)
+    with pytest.raises(PluginError, match="THUNDER_CORE_STRICT.*RuntimeError at register"):
+        thunder_core.jit(add) if autoload else thunder_core.jit(add, executors=["goodex"])
+
+
 def test_two_executors_claiming_the_same_op_config_file_decides(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.thunder-core]\nexecutors = ["claimb", "claima"]\n')
     jfn = thunder_core.jit(add)

@@ -71,7 +71,7 @@ def build_job(config: JobConfig) -> Job:
         for info in manager.plugins.values():
             if info.name in config.disabled:
                 continue  # disabled by the user: its problems are not this job's
-            manager.probe(info)
+            manager.load(info)  # probe, import and register: a failing register hook is a problem too
             if info.status in PROBLEMS:
                 raise PluginError(f"THUNDER_CORE_STRICT: {info.explanation()}")
 
