@@ -14,6 +14,7 @@ from torch.utils import _pytree as pytree
 from thunder_core.capture.autograd_function import autograd_functions_recorded_whole
 from thunder_core.capture.blocks import blocks_recorded
 from thunder_core.capture.mode import CaptureMode
+from thunder_core.capture.module_hooks import module_backward_hooks_recorded
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
 from thunder_core.errors import CaptureError
@@ -200,6 +201,7 @@ def capture(
         _compiling(),
         record_scope(recorder),
         autograd_functions_recorded_whole(),
+        module_backward_hooks_recorded(),
         CaptureMode(lifter),
         binder,  # inside capture: what a plugin records while binding is part of the trace
         reads,
