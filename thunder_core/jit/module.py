@@ -190,6 +190,13 @@ _OWN_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwarg
               "_forward_hooks_always_called", "_backward_hooks", "_backward_pre_hooks")  # fmt: skip
 
 
+def _instance_attribute(module: nn.Module, name: str) -> bool:
+    """An attribute of this module object (a plain attribute, parameter, buffer or submodule)."""
+    return any(
+        name in table for table in (module.__dict__, module._parameters, module._buffers, module._modules)
+    )
+
+
 def _has_uninitialized_parameters(module: nn.Module) -> bool:
     return any(
         isinstance(tensor, nn.parameter.UninitializedTensorMixin)
@@ -319,19 +326,15 @@ class ThunderModule(nn.Module):
         """Attributes of the original module are set on it (``jmodel.scale = t`` replaces its buffer,
         as ``torch.func.functional_call`` does); this wrapper's own attributes stay here."""
         modules = self.__dict__.get("_modules")
-        if (
-            modules is None
-            or "_model" not in modules
-            or name in self.__dict__
-            or not hasattr(modules["_model"], name)
-        ):
-            super().__setattr__(name, value)
-        elif isinstance(value, torch.Tensor) and name in modules["_model"]._parameters:
+        model = modules.get("_model") if modules is not None else None
+        if model is None or name in self.__dict__ or not _instance_attribute(model, name):
+            super().__setattr__(name, value)  # this wrapper's own state (and __class__, properties)
+        elif isinstance(value, torch.Tensor) and name in model._parameters:
             # A tensor in a parameter's place, as torch.func.functional_call swaps it in (a plain
             # tensor keeps the gradient path to the tensor given).
-            modules["_model"]._parameters[name] = value
+            model._parameters[name] = value
         else:
-            setattr(modules["_model"], name, value)
+            setattr(model, name, value)
 
     @property
     def extensions(self) -> tuple:

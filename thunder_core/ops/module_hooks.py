@@ -97,7 +97,9 @@ def _pack(index, values, size) -> tuple:
 def _same_proxies(site, *xs):
     recorder = active_recorder()
     return tuple(
-        recorder.new_proxy(x.shape, x.dtype, x.device, x.requires_grad, x.stride()) if isinstance(x, TensorProxy) else x
+        recorder.new_proxy(x.shape, x.dtype, x.device, x.requires_grad, x.stride())
+        if isinstance(x, TensorProxy)
+        else x
         for x in xs
     )
 
@@ -105,7 +107,9 @@ def _same_proxies(site, *xs):
 def _gradients_like(site, *grads):
     recorder = active_recorder()
     return tuple(
-        recorder.new_proxy(g.shape, g.dtype, g.device, False, g.stride()) if isinstance(g, TensorProxy) else None
+        recorder.new_proxy(g.shape, g.dtype, g.device, False, g.stride())
+        if isinstance(g, TensorProxy)
+        else None
         for g in grads
     )
 
@@ -177,6 +181,10 @@ module_inputs_hooked = _symbol("module_inputs_hooked", _inputs_hooked, _same_pro
 module_outputs_hooked = _symbol("module_outputs_hooked", _outputs_hooked, _same_proxies, _outputs_vjp)
 call_module_pre_hooks = _symbol("call_module_pre_hooks", _call_pre_hooks, _gradients_like)
 call_module_hooks = _symbol(
-    "call_module_hooks", _call_hooks, lambda site, *grads: _gradients_like(site, *grads[: len(site.input_index)])
+    "call_module_hooks",
+    _call_hooks,
+    lambda site, *grads: _gradients_like(site, *grads[: len(site.input_index)]),
 )
-call_module_hooks_without_inputs = _symbol("call_module_hooks_without_inputs", _call_hooks_without_inputs, _nothing)
+call_module_hooks_without_inputs = _symbol(
+    "call_module_hooks_without_inputs", _call_hooks_without_inputs, _nothing
+)
