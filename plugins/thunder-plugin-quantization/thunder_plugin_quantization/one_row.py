@@ -72,10 +72,33 @@ def _compile():
 
 
 def applies(x: torch.Tensor, rows_of_weight: int, kind: str) -> bool:
-    """One float32 CPU row, Numba installed, and (int4) whole blocks of 64 output rows."""
+    """One float32 CPU row, Numba installed, and (int4) whole blocks of 64 output rows in the
+    packed layout this kernel reads (``int4_layout_is_known``)."""
     if not AVAILABLE or x.dtype != torch.float32 or x.device.type != "cpu" or x.numel() != x.shape[-1]:
         return False
-    return kind == "int8" or rows_of_weight % 64 == 0
+    return kind == "int8" or (rows_of_weight % 64 == 0 and int4_layout_is_known())
+
+
+_layout_known: list[bool] = []
+
+
+@torch.no_grad()
+def int4_layout_is_known() -> bool:
+    """Whether this machine's ``_convert_weight_to_int4pack_for_cpu`` packs in the layout ``int4``
+    reads. The layout depends on the CPU's vector width (the one above is AVX-512's); checked once
+    against the ATen kernel on a random weight, and where it differs the ATen kernel runs instead."""
+    if not _layout_known:
+        generator = torch.Generator().manual_seed(0)
+        q = torch.randint(0, 16, (64, 128), dtype=torch.int32, generator=generator)
+        scales_and_zeros = torch.rand(2, 64, 2, generator=generator)
+        x = torch.randn(1, 128, generator=generator)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+        expected = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, 64, scales_and_zeros)
+        same = packed.numel() == 64 * 128 // 2 and torch.allclose(
+            int4(x, packed, scales_and_zeros, 64), expected, rtol=1e-4, atol=1e-3
+        )
+        _layout_known.append(bool(same))
+    return _layout_known[0]
 
 
 def int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
