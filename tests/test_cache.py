@@ -243,3 +243,35 @@ def test_a_replaced_submodule_holding_another_plain_tensor_recompiles():
     model.inner = _WithTable(torch.full((4,), 5.0))
     torch.testing.assert_close(jmodel(x), model(x))
     assert thunder_core.cache_info(jmodel).entries == 2
+
+
+def test_the_repeat_call_fast_path_serves_only_the_same_signature():
+    """After a call, the next one with tensors of the very same metadata skips building the key;
+    any difference (count, shape, strides, dtype, requires_grad, grad mode, a Parameter, a number)
+    takes the keyed path and gives eager's result."""
+
+    def fn(*xs):
+        out = xs[0] * 2
+        for x in xs[1:]:
+            out = out + (x.sum() if isinstance(x, torch.Tensor) else x)
+        return out
+
+    jfn = thunder_core.jit(fn)
+    a = torch.randn(3, 3)
+    calls = [
+        (a, a),
+        (a, a),
+        (a,),
+        (a, a, a),
+        (a, a.t()),
+        (a, a.double()),
+        (a, a.clone().requires_grad_()),
+        (a, torch.nn.Parameter(a.clone())),
+        (a, 2.0),
+        (a, a),
+    ]
+    for args in calls:
+        torch.testing.assert_close(jfn(*args), fn(*args))
+    with torch.no_grad():
+        torch.testing.assert_close(jfn(a, a), fn(a, a))
+    assert thunder_core.cache_info(jfn).hits >= 2

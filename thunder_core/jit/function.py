@@ -119,12 +119,35 @@ class ThunderFunction:
         self._eager_reason: str | None = None  # set when the program cannot be guarded cheaply
         # One thread at a time compiles (the cache and the module's capture view are shared).
         self._compile_lock = _COMPILE_LOCK
+        # (grad mode, argument count, exact check of the tensors' metadata, entry): the last all-tensor call's entry,
+        # tried before the key is built (``_remember_fast``); reset whenever the cache changes.
+        self._fast: tuple | None = None
+        self._fast_checks: dict[tuple, object] = {}  # key -> its compiled metadata check
         functools.update_wrapper(self, fn, updated=())
+
+    def _remember_fast(self, key: tuple, entry: tuple, args: tuple) -> None:
+        check = self._fast_checks.get(key)
+        if check is None:
+            check = self._fast_checks[key] = tensor_metadata_check(args)
+        self._fast = None if check is None else (key[0], len(args), check, entry)
 
     def __call__(self, *args, **kwargs):
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
         if _recorders.stack:  # called while another jitted function is being captured: inline
             return self._fn(*args, **kwargs)
+        fast = self._fast  # the entry of the last call, if all its arguments were tensors
+        if (
+            fast is not None
+            and not kwargs
+            and fast[0] is _is_grad_enabled()
+            and len(args) == fast[1]
+            and fast[2](*args)
+        ):
+            entry = fast[3]
+            if entry[0] is None or entry[0]() is None:
+                self._hits += 1
+                self._last = entry[2]
+                return entry[1](*args)
         key = [_is_grad_enabled()]
         if not kwargs and self._state is None:
             for a in args:
@@ -141,6 +164,7 @@ class ThunderFunction:
                 if entry is not None and (entry[0] is None or entry[0]() is None):
                     self._hits += 1
                     self._last = entry[2]
+                    self._remember_fast(key, entry, args)
                     return entry[1](*args)
                 return self._miss(key, args, args, kwargs)
             key = [key[0]]
@@ -313,6 +337,7 @@ class ThunderFunction:
     def _use(self, key, compiled: Compiled, leaves):
         check = compiled.guard.check if compiled.guard is not None and len(compiled.guard) else None
         self._cache[key] = (check, compiled.callable, compiled)
+        self._fast = None
         self._last = compiled
         return compiled.callable(*leaves)
 
@@ -360,6 +385,25 @@ class ThunderFunction:
 
     def last_compiled(self) -> Compiled | None:
         return self._last
+
+
+def tensor_metadata_check(tensors: tuple):
+    """A compiled check that tensors have these tensors' type, sizes, strides, dtype, device,
+    requires_grad and dispatch keys (PyTorch's own ``TensorGuards``, what Dynamo checks its inputs
+    with); None where it is not available or ``tensors`` holds something else."""
+    if not tensors or not all(type(t) is Tensor for t in tensors):
+        return None
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        guards = TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.shape) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+        )
+    except Exception:  # noqa: BLE001  (a torch without it: the key path serves every call)
+        return None
+    return guards.check
 
 
 def job_from_arguments(arguments: dict):
