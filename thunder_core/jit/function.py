@@ -125,29 +125,26 @@ class ThunderFunction:
         self._fast_checks: dict[tuple, object] = {}  # key -> its compiled metadata check
         functools.update_wrapper(self, fn, updated=())
 
-    def _remember_fast(self, key: tuple, entry: tuple, args: tuple) -> None:
+    def _remember_fast(self, key: tuple, entry: tuple, leaves, state_key=None) -> None:
         check = self._fast_checks.get(key)
         if check is None:
-            check = self._fast_checks[key] = tensor_metadata_check(args)
-        self._fast = None if check is None else (key[0], len(args), check, entry)
+            check = self._fast_checks[key] = tensor_metadata_check(leaves)
+        self._fast = None if check is None else (key[0], len(leaves), check, entry, state_key)
 
     def __call__(self, *args, **kwargs):
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
         if _recorders.stack:  # called while another jitted function is being captured: inline
             return self._fn(*args, **kwargs)
         fast = self._fast  # the entry of the last call, if all its arguments were tensors
-        if (
-            fast is not None
-            and not kwargs
-            and fast[0] is _is_grad_enabled()
-            and len(args) == fast[1]
-            and fast[2](*args)
-        ):
-            entry = fast[3]
-            if entry[0] is None or entry[0]() is None:
-                self._hits += 1
-                self._last = entry[2]
-                return entry[1](*args)
+        if fast is not None and not kwargs and fast[0] is _is_grad_enabled():
+            state = self._state
+            leaves = args if state is None else None if state.key() != fast[4] else (*args, *state.tensors())
+            if leaves is not None and len(leaves) == fast[1] and fast[2](*leaves):
+                entry = fast[3]
+                if entry[0] is None or entry[0]() is None:
+                    self._hits += 1
+                    self._last = entry[2]
+                    return entry[1](*leaves)
         key = [_is_grad_enabled()]
         if not kwargs and self._state is None:
             for a in args:
@@ -173,6 +170,8 @@ class ThunderFunction:
         if entry is not None and (entry[0] is None or entry[0]() is None):
             self._hits += 1
             self._last = entry[2]
+            if not kwargs and self._state is not None and len(leaves) == len(args) + len(self._state.slots):
+                self._remember_fast(key, entry, leaves, self._state.key())
             return entry[1](*leaves)
         return self._miss(key, leaves, args, kwargs)
 
@@ -391,7 +390,7 @@ def tensor_metadata_check(tensors: tuple):
     """A compiled check that tensors have these tensors' type, sizes, strides, dtype, device,
     requires_grad and dispatch keys (PyTorch's own ``TensorGuards``, what Dynamo checks its inputs
     with); None where it is not available or ``tensors`` holds something else."""
-    if not tensors or not all(type(t) is Tensor for t in tensors):
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
         return None
     try:
         from torch._C._dynamo.guards import TensorGuards
