@@ -46,6 +46,7 @@ from thunder_core.executors.base import (
 )
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
 from thunder_core.ir.symbols import (
+    EFFECT,
     INPLACE,
     OPAQUE,
     RANDOM,
@@ -55,6 +56,7 @@ from thunder_core.ir.symbols import (
     Symbol,
     active_recorder,
     free_inputs,
+    is_impure,
 )
 from thunder_core.ir.trace import Trace, TrainingTraces
 from thunder_core.ir.tree import leaves, tree_map
@@ -76,6 +78,7 @@ API_VERSION = "0.2"
 __all__ = [
     "API_VERSION",
     "AUTOCAST_DEVICE_TYPES",
+    "EFFECT",
     "INPLACE",
     "ModuleExtension",
     "OPAQUE",
@@ -106,6 +109,7 @@ __all__ = [
     "cuda_device",
     "flatten_to_prims",
     "free_inputs",
+    "is_impure",
     "get_symbol",
     "leaves",
     "library",
