@@ -288,6 +288,37 @@ def thunder_core_register_executor(register):
     register(Scaling("pluginexec"))
 """
 
+SLOW_FUSION = """
+import time
+
+from thunder_core.plugins import hookimpl
+
+RUNS = []
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core import FusionExecutor
+
+    class SlowFusion(FusionExecutor):
+        \"\"\"Claims what goodfuse claims, and more, and computes it right, but slowly.\"\"\"
+
+        def compile_region(self, region):
+            run_region = region.as_trace("slowfuse_region").python_callable()
+
+            def run(*args):
+                RUNS.append(len(region.bound_symbols))
+                time.sleep(0.003)
+                return run_region(*args)
+
+            return run
+
+    executor = SlowFusion("slowfuse")
+    for name in ("add", "mul", "exp", "neg", "sin"):
+        executor.register_supported(name)
+    register(executor)
+"""
+
 LATE_PROBE = """
 import os
 from thunder_core.plugins import Availability, hookimpl
@@ -303,6 +334,7 @@ def thunder_core_probe():
 PACKAGES = [
     ("tc-goodex", "executors", "goodex", "tc_goodex", {"tc_goodex/__init__.py": GOOD_EXECUTOR}, []),
     ("tc-goodfuse", "executors", "goodfuse", "tc_goodfuse", {"tc_goodfuse/__init__.py": GOOD_FUSION}, []),
+    ("tc-slowfuse", "executors", "slowfuse", "tc_slowfuse", {"tc_slowfuse/__init__.py": SLOW_FUSION}, []),
     (
         "tc-broken-import",
         "executors",

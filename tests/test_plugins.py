@@ -488,3 +488,83 @@ def test_attention_stays_whole_when_a_fusion_executor_claims_part_of_its_decompo
     (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.scaled_dot_product_attention")
     assert report.executor == "torch"  # eager's fused kernel, not a materialized matmul-softmax
     assert "goodfuse" in {r.executor for r in thunder_core.explain(jfn).operations}
+
+
+def _exp_chain(a, b):
+    return torch.exp(a * b + b).neg() * a
+
+
+def test_a_slow_executor_loses_its_regions_to_a_faster_one_when_measured(monkeypatch):
+    """slowfuse claims first (claim order) but runs 3 ms slower: measured (the default), goodfuse
+    wins the region, the generated code calls goodfuse's from then on, explain shows the timings."""
+    monkeypatch.delenv("THUNDER_CORE_SELECT", raising=False)  # the test suite's own setting
+    slow = importlib.import_module("tc_slowfuse")
+    good = importlib.import_module("tc_goodfuse")
+    slow.RUNS.clear()
+    good.COMPILED.clear()
+    jfn = thunder_core.jit(_exp_chain, executors=["slowfuse", "goodfuse"])
+    a, b = torch.randn(8), torch.randn(8)
+    torch.testing.assert_close(jfn(a, b), _exp_chain(a, b))
+    assert slow.RUNS, "slowfuse's region was never timed"
+    assert good.COMPILED == [["mul", "add", "exp", "neg", "mul"]], good.COMPILED
+    runs_after_first_call = len(slow.RUNS)
+    for _ in range(3):
+        torch.testing.assert_close(jfn(a, b), _exp_chain(a, b))
+    assert len(slow.RUNS) == runs_after_first_call, "the slower executor still runs after the choice"
+    report = thunder_core.explain(jfn).for_symbol("torch.exp")[0]
+    # goodfuse's region and torch run the same Python: either may be the faster, never slowfuse
+    assert report.executor in ("goodfuse", "torch"), report
+    assert report.declined["slowfuse"] == f"claimed it, but {report.executor} ran faster"
+    assert "measured slowfuse" in report.note and "goodfuse" in report.note, report.note
+    assert f"{report.executor} kept" in report.note, report.note
+
+
+def test_priority_keeps_the_claim_order_without_measuring(monkeypatch):
+    slow = importlib.import_module("tc_slowfuse")
+    good = importlib.import_module("tc_goodfuse")
+    a, b = torch.randn(8), torch.randn(8)
+    for how in ("argument", "environment"):
+        slow.RUNS.clear()
+        good.COMPILED.clear()
+        if how == "argument":
+            jfn = thunder_core.jit(_exp_chain, executors=["slowfuse", "goodfuse"], select="priority")
+        else:
+            monkeypatch.setenv("THUNDER_CORE_SELECT", "priority")
+            jfn = thunder_core.jit(_exp_chain, executors=["slowfuse", "goodfuse"])
+        for calls in range(1, 4):
+            torch.testing.assert_close(jfn(a, b), _exp_chain(a, b))
+            assert slow.RUNS == [5] * calls, (how, slow.RUNS)
+        assert good.COMPILED == []
+        report = thunder_core.explain(jfn).for_symbol("torch.exp")[0]
+        assert report.executor == "slowfuse" and "measured" not in report.note
+
+
+def test_a_candidate_that_fails_drops_out_of_the_measurement():
+    """failrun's region raises on its first run: measured, the others run it, and explain says why."""
+    jfn = thunder_core.jit(_mul_add, executors=["failrun", "goodfuse"], select="measure")
+    a, b = torch.randn(4), torch.randn(4)
+    with pytest.warns(RuntimeWarning, match="failrun"):
+        torch.testing.assert_close(jfn(a, b), a * b + b)
+    torch.testing.assert_close(jfn(a, b), a * b + b)
+    report = thunder_core.explain(jfn).for_symbol("torch.mul")[0]
+    assert report.executor in ("goodfuse", "torch") and "kernel launch failed" in report.declined["failrun"]
+
+
+def test_select_is_checked_and_reaches_the_torch_compile_front_end(monkeypatch):
+    with pytest.raises(ConfigError, match=r"select must be one of \['measure', 'priority'\]"):
+        thunder_core.jit(add, select="fastest")
+    monkeypatch.setenv("THUNDER_CORE_SELECT", "sometimes")
+    with pytest.raises(ConfigError, match="THUNDER_CORE_SELECT: select must be one of"):
+        thunder_core.jit(add)
+    monkeypatch.delenv("THUNDER_CORE_SELECT")
+    slow = importlib.import_module("tc_slowfuse")
+    slow.RUNS.clear()
+    compiled = torch.compile(
+        _exp_chain,
+        backend="thunder_core",
+        options={"executors": ["slowfuse", "goodfuse"], "select": "priority"},
+    )
+    a, b = torch.randn(8), torch.randn(8)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(a, b), _exp_chain(a, b))
+    assert slow.RUNS == [5, 5]

@@ -64,6 +64,7 @@ def jit(
     plugins: Sequence[str] | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
     disable: Sequence[str] | None = None,
+    select: str | None = None,
     recompile_limit: int = DEFAULT_RECOMPILE_LIMIT,
     cache: str = "guarded",
     reuse_blocks: bool = True,
@@ -75,6 +76,10 @@ def jit(
     is used in its declared priority. ``plugins`` enables transform plugins; ``options``
     maps executor/plugin names to their option values; ``disable`` names ones never to use.
     These override the environment (``THUNDER_CORE_*``) and the config file.
+
+    ``select="measure"`` (the default) times each claim against the other executors that can
+    run the same operations on the first call's real inputs and keeps the fastest (``explain``
+    shows the timings); ``select="priority"`` keeps every claim as the claim order made it.
 
     The first call with a new input signature (shapes, dtypes, devices, requires_grad,
     grad mode, Python values) captures and compiles a trace; later calls with the same
@@ -93,7 +98,7 @@ def jit(
     compiles every layer's operations separately.
     """
     arguments = {"executors": executors, "plugins": plugins, "options": options, "disable": disable,
-                 "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks}  # fmt: skip
+                 "select": select, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks}  # fmt: skip
     if isinstance(fn, nn.Module):
         return ThunderModule.from_arguments(fn, arguments)
     if not callable(fn):

@@ -49,6 +49,24 @@ class Explanation:
         return "\n".join(lines)
 
 
+def _executed(compiled) -> list:
+    """The executed (claimed) traces of a compiled entry or block: computation or forward, and backward."""
+    return [t for t in compiled.traces if t.decisions][-1:] + [
+        t for t in compiled.backward_traces if t.decisions
+    ][-1:]
+
+
+def _measured(trace) -> dict[str, object]:
+    """Output name -> the ``Selection`` of the measured claim that computes it."""
+    measured = {}
+    for bsym in trace.bound_symbols:
+        selection = getattr(bsym.impl, "selection", None)
+        if selection is not None:
+            for sub in bsym.subsymbols or [bsym]:
+                measured.update((p.name, selection) for p in sub.flat_outputs())
+    return measured
+
+
 def _failed_at_run_time(trace) -> dict[str, str]:
     """Output name -> reason, for the operations of regions whose first run failed (torch ran them)."""
     failed = {}
@@ -108,26 +126,37 @@ def explain(jfn) -> Explanation:
     compiled = _last(jfn)
     job = function._job
     reports = []
-    executed = [t for t in compiled.traces if t.decisions][-1:] + [
-        t for t in compiled.backward_traces if t.decisions
-    ][-1:]
-    for trace in executed:
+    executed = [(t.function_name, t) for t in _executed(compiled)]
+    for block in getattr(compiled, "blocks", ()):
+        executed += [(f"{block.name} ({block.module_class}, {block.calls} calls) {t.function_name}", t)
+                     for t in _executed(block)]  # fmt: skip
+    for label, trace in executed:
         printer = Printer()
         failed = _failed_at_run_time(trace)
+        measured = _measured(trace)
         for decision in trace.decisions:
             operation = printer.call(decision.bsym.replace(impl=None))
-            executor, declined = decision.executor, dict(decision.declined)
+            executor, declined, note = decision.executor, dict(decision.declined), decision.note
+            outputs = [p.name for p in decision.bsym.flat_outputs()]
+            selection = next((measured[n] for n in outputs if n in measured), None)
             failure = getattr(decision.bsym.impl, "failure", None) or next(
-                (failed[p.name] for p in decision.bsym.flat_outputs() if p.name in failed), None
+                (failed[n] for n in outputs if n in failed), None
             )
-            if failure:
+            if selection is not None:
+                if executor in selection.failed:
+                    declined[executor] = selection.failed[executor]
+                elif selection.chosen != executor:
+                    declined[executor] = f"claimed it, but {selection.chosen} ran faster"
+                executor = selection.chosen
+                note = "; ".join(filter(None, (note, str(selection))))
+            elif failure:
                 declined[executor] = failure
                 executor = "torch"
-            reports.append(OperationReport(trace.function_name, operation, executor, declined, decision.note))
+            reports.append(OperationReport(label, operation, executor, declined, note))
     executors = job.executor_names if job is not None else ["torch"]
     not_used = dict(job.not_used) if job is not None else {}
     notes = list(compiled.notes)
-    for trace in executed:
+    for _, trace in executed:
         for bsym in trace.bound_symbols:
             failure = getattr(bsym.impl, "failure", None)
             if failure:

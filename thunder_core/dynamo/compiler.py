@@ -42,6 +42,7 @@ OPTIONS = {
     "plugins": "transform plugins to enable",
     "options": "per executor/plugin options, {name: {option: value}}",
     "disable": "executors or plugins never to use",
+    "select": "'measure' (default) or 'priority', as in thunder_core.jit",
     "fallback": "'inductor' (default) or 'eager': what runs the parts thunder_core does not capture",
     "recompile_limit": "compilations per thunder_core part before it runs eagerly (default 8)",
 }
@@ -226,6 +227,7 @@ class ThunderCompiler:
                 plugins=options.get("plugins"),
                 options=options.get("options"),
                 disable=options.get("disable"),
+                select=options.get("select"),
             )
         )
         if self.job.module_transforms:

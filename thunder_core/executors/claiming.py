@@ -23,6 +23,7 @@ from thunder_core.executors import python_executor, torch_executor
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.fusion import operations
+from thunder_core.executors.selection import measure_claims
 from thunder_core.ir.symbols import PYTHON, RANDOM, WHOLE, BoundSymbol, is_impure
 from thunder_core.ir.trace import Provenance, Trace
 
@@ -92,8 +93,14 @@ def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list) 
     decisions.append(Decision(out[-1], fallback.name, declined))
 
 
-def assign_executors(trace: Trace, executors=None, options: dict | None = None) -> Trace:
-    """Claim every bound symbol; the decisions are kept on the returned trace (``trace.decisions``)."""
+def assign_executors(
+    trace: Trace, executors=None, options: dict | None = None, select: str = "priority"
+) -> Trace:
+    """Claim every bound symbol; the decisions are kept on the returned trace (``trace.decisions``).
+
+    ``select="measure"`` then times each claim against its alternatives on its first call
+    (``thunder_core.executors.selection``); ``"priority"`` keeps every claim as made.
+    """
     start = time.perf_counter()
     executors = list(executors) if executors is not None else [torch_executor.executor]
     fallback = next((e for e in executors if e.name == torch_executor.NAME), None)
@@ -134,6 +141,12 @@ def assign_executors(trace: Trace, executors=None, options: dict | None = None) 
                 if decision.executor == executor.name and any(n in given_back for n in names):
                     decision.declined[executor.name] = given_back[next(n for n in names if n in given_back)]
                     decision.executor = torch_executor.NAME
+    if select == "measure":
+
+        def claim(part: Trace, some_executors: list) -> Trace:
+            return assign_executors(part, some_executors, options, select)
+
+        result = measure_claims(result, executors, claim)
     result.provenance = Provenance("assign_executors", time.perf_counter() - start)
     result.decisions = decisions
     return result

@@ -410,7 +410,7 @@ def job_from_arguments(arguments: dict):
     from thunder_core.plugins.config import resolve
     from thunder_core.plugins.job import build_job
 
-    selection = {key: arguments.get(key) for key in ("executors", "plugins", "options", "disable")}
+    selection = {key: arguments.get(key) for key in ("executors", "plugins", "options", "disable", "select")}
     return build_job(resolve(**selection))
 
 

@@ -89,9 +89,10 @@ def _lower(trace: Trace, job) -> list[Trace]:
     executors = job.executors if job is not None else None
     options = job.executor_options if job is not None else None
     strict = bool(job is not None and job.config is not None and job.config.strict)
+    select = job.config.select if job is not None and job.config is not None else "priority"
     traces = [dce(trace)]
     with strictness(strict):
-        traces.append(assign_executors(traces[-1], executors, options))
+        traces.append(assign_executors(traces[-1], executors, options, select))
     traces += _run_passes(traces[-1], job, "after_executors")
     traces.append(delete_last_used(traces[-1]))
     traces[-1].decisions = traces[1].decisions

@@ -2,7 +2,7 @@
 
 Precedence, highest first: ``jit(executors=..., plugins=..., options=...)``; the
 environment (``THUNDER_CORE_EXECUTORS``, ``THUNDER_CORE_PLUGINS``, ``THUNDER_CORE_DISABLE``,
-``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``); the config file (the TOML file
+``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``, ``THUNDER_CORE_SELECT``); the config file (the TOML file
 ``THUNDER_CORE_CONFIG`` names, else ``[tool.thunder-core]`` in the nearest pyproject.toml).
 """
 
@@ -27,7 +27,10 @@ CONFIG_KEYS = {
     "options": "table of per-executor / per-plugin option tables",
     "autoload": "false: use only the core's executors and the ones named explicitly",
     "strict": "true: any broken, incompatible or stale plugin is an error",
+    "select": '"measure" (default): time each claim against its alternatives on its first call; '
+    '"priority": keep every claim as the claim order made it',
 }
+SELECTIONS = ("measure", "priority")
 ENV_FLAGS = ("1", "true", "yes", "on")
 
 
@@ -41,6 +44,7 @@ class JobConfig:
     options: dict[str, dict] = field(default_factory=dict)
     autoload: bool = True
     strict: bool = False
+    select: str = "measure"
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -78,7 +82,24 @@ def _check_keys(table: dict, where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {unknown}. The known keys are:\n{known}")
 
 
-def resolve(*, executors=None, plugins=None, options=None, disable=None) -> JobConfig:
+def _selection(select, env, table: dict, where: str) -> tuple[str, str]:
+    for source, value in (
+        ("jit(select=...)", select),
+        ("THUNDER_CORE_SELECT", env.get("THUNDER_CORE_SELECT") or None),
+        (f"{where}: select", table.get("select")),
+    ):
+        if value is None:
+            continue
+        if value not in SELECTIONS:
+            raise ConfigError(
+                f"{source}: select must be one of {list(SELECTIONS)}, got {value!r} ('measure' times the "
+                "executors that can run an operation and keeps the fastest; 'priority' keeps the claim order)"
+            )
+        return value, source
+    return "measure", "default"
+
+
+def resolve(*, executors=None, plugins=None, options=None, disable=None, select=None) -> JobConfig:
     """Combine the three sources into one JobConfig (names are checked later, against discovery)."""
     path, table = find_config_file()
     where = f"config file {path}" if path else "config"
@@ -147,4 +168,5 @@ def resolve(*, executors=None, plugins=None, options=None, disable=None) -> JobC
     config.strict = env.get("THUNDER_CORE_STRICT", "").lower() in ENV_FLAGS or bool(
         table.get("strict", False)
     )
+    config.select, config.sources["select"] = _selection(select, env, table, where)
     return config

@@ -45,6 +45,15 @@ def thunder_core_probe() -> Availability:
 @hookimpl
 def thunder_core_declare_options(declare) -> None:
     declare("min_region_size", int, 2, "fewest computing (non-view) operations worth a compiled region")
+    declare(
+        "regions",
+        str,
+        "fusion",
+        '"fusion": regions between matmuls and attention (run by ATen); "maximal": those too, so '
+        "Inductor sees whole stretches of the program as torch.compile would",
+    )
+    declare("cpp_wrapper", bool, False, "Inductor's cpp_wrapper: the generated module's call path in C++")
+    declare("max_autotune", bool, False, "Inductor's max_autotune: benchmark GEMM templates while compiling")
 
 
 @hookimpl

@@ -68,22 +68,52 @@ def _signature(region) -> tuple:
     return tuple(ops), inputs, outputs
 
 
+REGIONS = ("fusion", "maximal")
+
+
 class InductorExecutor(FusionExecutor):
+    """Inductor on regions of the trace; ``regions="maximal"`` also claims matmuls and attention."""
+
     default_priority = 10
     min_region_size = 2
 
-    def __init__(self):
+    def __init__(self, regions: str = "fusion", inductor_options: dict | None = None, warm_up=None):
+        if regions not in REGIONS:
+            raise ValueError(f"inductor: regions must be one of {REGIONS}, got {regions!r}")
         super().__init__("inductor", version=torch.__version__)
+        self.regions = regions
+        self.inductor_options = dict(inductor_options or {})
         self._compiled: dict[tuple, object] = {}
-        # Inductor's one-time set-up runs while thunder_core captures and differentiates.
-        self._warm_up = threading.Thread(target=_warm_up, name="thunder-inductor-warm-up", daemon=True)
-        self._warm_up.start()
+        self._variants: dict[tuple, InductorExecutor] = {}
+        if warm_up is None:
+            # Inductor's one-time set-up runs while thunder_core captures and differentiates.
+            warm_up = threading.Thread(target=_warm_up, name="thunder-inductor-warm-up", daemon=True)
+            warm_up.start()
+        self._warm_up = warm_up
+        maximal = regions == "maximal"
         for symbol in torch_symbols().values():
-            if symbol.name not in EXTERNAL and not symbol.has_tag(RANDOM):
+            if (maximal or symbol.name not in EXTERNAL) and not symbol.has_tag(RANDOM):
                 self.register_supported(symbol)
         for symbol in prim_symbols().values():
-            if not symbol.has_tag(RANDOM) and symbol.name != "matmul":
+            if not symbol.has_tag(RANDOM) and (maximal or symbol.name != "matmul"):
                 self.register_supported(symbol)
+        if maximal:
+            self.min_region_size = 1
+
+    def with_options(self, options: dict) -> InductorExecutor:
+        """The executor for one job: its region mode and Inductor's own options."""
+        inductor_options = {}
+        if options.get("cpp_wrapper"):
+            inductor_options["cpp_wrapper"] = True
+        if options.get("max_autotune"):
+            inductor_options["max_autotune"] = True
+        regions = options.get("regions", "fusion")
+        if regions == self.regions and inductor_options == self.inductor_options:
+            return self
+        key = (regions, tuple(sorted(inductor_options.items())))
+        if key not in self._variants:
+            self._variants[key] = InductorExecutor(regions, inductor_options, warm_up=self._warm_up)
+        return self._variants[key]
 
     def check(self, bsym):
         verdict = super().check(bsym)
@@ -100,6 +130,8 @@ class InductorExecutor(FusionExecutor):
 
     def region_weight(self, region) -> int:
         """Operations that compute something: views alone never make a region worth compiling."""
+        if self.regions == "maximal" and any(b.symbol.name in EXTERNAL for b in region):
+            return 1 << 30
         return sum(1 for b in region if b.symbol.name not in VIEWS)
 
     def compile_region(self, region):
@@ -107,7 +139,9 @@ class InductorExecutor(FusionExecutor):
         key = _signature(region)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = _compile(region, f"inductor_region_{len(self._compiled)}")
+            compiled = self._compiled[key] = _compile(
+                region, f"inductor_region_{len(self._compiled)}", self.inductor_options
+            )
         return compiled
 
 
@@ -132,7 +166,7 @@ def _warm_up() -> None:
         pass
 
 
-def _compile(region, name: str):
+def _compile(region, name: str, options: dict):
     """One region as an Inductor-compiled callable taking the region's inputs.
 
     Compiled code asserts its inputs' strides. The trace's metadata predicts them, but a value
@@ -152,7 +186,9 @@ def _compile(region, name: str):
         graph = make_fx(fn, tracing_mode="fake")(*examples)
         if not any(node.op == "call_function" for node in graph.graph.nodes):
             raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
-        return torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_example_inputs")
+        return torch._inductor.standalone_compile(
+            graph, examples, dynamic_shapes="from_example_inputs", options=options or None
+        )
 
     expected = tuple(tuple(p.stride()) for p in region.inputs)
     compiled = compile_for(expected)

@@ -1,0 +1,73 @@
+"""The backends the benchmarks compare, named on their command lines.
+
+    eager
+    torch.compile                              # Inductor, default mode
+    torch.compile(max-autotune-no-cudagraphs)  # any torch.compile mode in parentheses
+    torch.compile(backend=thunder_core)        # thunder_core behind Dynamo
+    thunder_core                               # the default executors (every installed one)
+    thunder_core[torch]                        # only these executors, in this claim order
+    thunder_core[inductor(regions=maximal)+numba]   # with executor options
+    thunder_core[inductor+numba]/checkpoint    # with plugins
+    thunder_core/select=priority               # the claim order decides, without measuring
+"""
+
+from __future__ import annotations
+
+import re
+
+_EXECUTOR = re.compile(r"^(?P<name>[\w-]+)(?:\((?P<options>[^)]*)\))?$")
+
+
+def _value(text: str):
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def thunder_core_arguments(spec: str) -> dict:
+    """``jit`` keyword arguments for a ``thunder_core[...]/...`` spec."""
+    head, _, tail = spec.partition("/")
+    executors = options = None
+    inside = head.removeprefix("thunder_core")
+    if inside:
+        if not (inside.startswith("[") and inside.endswith("]")):
+            raise ValueError(f"not a thunder_core backend: {spec!r}")
+        executors, options = [], {}
+        for part in inside[1:-1].split("+"):
+            match = _EXECUTOR.match(part)
+            if match is None:
+                raise ValueError(f"bad executor {part!r} in {spec!r}")
+            executors.append(match["name"])
+            for item in filter(None, (match["options"] or "").split(";")):
+                key, _, value = item.partition("=")
+                options.setdefault(match["name"], {})[key] = _value(value)
+    plugins, select = [], None
+    for item in filter(None, tail.split("+")):
+        if item.startswith("select="):
+            select = item.removeprefix("select=")
+        else:
+            plugins.append(item)
+    arguments = {"executors": executors, "options": options or None, "plugins": plugins or None}
+    if select is not None:
+        arguments["select"] = select
+    return arguments
+
+
+def wrap(model, spec: str):
+    """``model`` as the backend ``spec`` runs it."""
+    import torch
+
+    if spec == "eager":
+        return model
+    if spec == "torch.compile":
+        return torch.compile(model)
+    if spec == "torch.compile(backend=thunder_core)":
+        return torch.compile(model, backend="thunder_core")
+    if spec.startswith("torch.compile(") and spec.endswith(")"):
+        return torch.compile(model, mode=spec[len("torch.compile(") : -1])
+    import thunder_core
+
+    return thunder_core.jit(model, **thunder_core_arguments(spec))

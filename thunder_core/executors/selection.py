@@ -1,0 +1,223 @@
+"""Choosing by measurement which executor runs a claimed operation or region.
+
+Claim order decides who *claims* an operation and where fused regions begin and end. Whether
+that claim is also the fastest way to run it depends on the shapes and the machine, so each
+claim (a fused region, or an operator executor's implementation) is timed against its
+alternatives on its first call's real inputs, and the fastest is kept:
+
+- every other executor of the job that accepts all of the claim's operations (a fusion
+  executor compiles the same region; an operator executor takes a single operation);
+- the job's other executors, claiming the same operations in their own order (so a region a
+  whole-program executor claimed is timed against what the rest of the job would run);
+- the torch executor running the operations as they are.
+
+Candidates are compiled when the claim is first called, run once to warm up (a candidate that
+raises drops out, with the warning ``report_failure`` gives), then timed in interleaved rounds
+within ``ROUND_BUDGET_S`` per claim. The choice is kept with the compiled program (the
+generated code calls the winner directly from then on) and shown by ``explain``.
+
+Claims with effects (in-place updates, random draws, hooks) are not measured: running them
+more than once would repeat the effect; claim order decides them, as with ``select="priority"``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from thunder_core.executors.base import FusionExecutor, OperatorExecutor
+from thunder_core.executors.failures import FirstCall, _strict, report_failure
+from thunder_core.executors.fusion import operations, torch_fallback
+from thunder_core.executors.regions import Region
+from thunder_core.ir.symbols import PYTHON, BoundSymbol, is_impure
+from thunder_core.ir.trace import Trace
+
+SELECTIONS = ("measure", "priority")
+ROUND_BUDGET_S = 0.25  # time spent timing the candidates of one claim, after their warm-up runs
+MAX_ROUNDS = 7
+TORCH = "torch"
+
+
+@dataclass
+class Candidate:
+    """One way to run a claim: a label for ``explain`` and a factory compiling it."""
+
+    name: str
+    make: Callable[[], Callable]
+
+
+@dataclass
+class Selection:
+    """What the measurement found: median seconds per candidate, failures, and the winner."""
+
+    chosen: str
+    seconds: dict[str, float]
+    failed: dict[str, str]
+
+    def __str__(self) -> str:
+        timings = ", ".join(f"{name} {s * 1e6:.1f} us" for name, s in self.seconds.items())
+        failed = "".join(f"; {name} failed: {why}" for name, why in self.failed.items())
+        return f"measured {timings}: {self.chosen} kept{failed}"
+
+
+class Measured:
+    """Runs the fastest of ``candidates``, chosen by timing them on the first call's inputs.
+
+    The first candidate is the claim as made; the generated code is rebound to the winner
+    after the first call (``attach_to_namespace``, as ``FirstCall`` does).
+    """
+
+    def __init__(self, candidates: list[Candidate], operations: str):
+        self.candidates = candidates
+        self._operations = operations
+        self._strict = _strict.get()
+        self._slots: list[tuple[dict, str]] = []
+        self.selection: Selection | None = None
+        self.failure: str | None = None  # set when the claimed executor failed and torch runs it
+        self.fn: Callable | None = None
+        self.__name__ = "measured_call"
+
+    def attach_to_namespace(self, namespace: dict, name: str) -> None:
+        self._slots.append((namespace, name))
+
+    def _compile_and_warm_up(self, args) -> tuple[dict[str, Callable], dict[str, str], object]:
+        ready, failed, result = {}, {}, None
+        for candidate in self.candidates:
+            try:
+                fn = candidate.make()
+                out = fn(*args)
+            except Exception as error:  # a candidate that fails drops out, as a failed first run would
+                token = _strict.set(self._strict)
+                try:
+                    failed[candidate.name] = report_failure(
+                        candidate.name, "on its first run", self._operations, error
+                    )
+                finally:
+                    _strict.reset(token)
+                continue
+            ready[candidate.name] = fn
+            if result is None:
+                result = out
+        return ready, failed, result
+
+    def __call__(self, *args):
+        if self.fn is not None:
+            return self.fn(*args)
+        ready, failed, result = self._compile_and_warm_up(args)
+        if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
+            raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
+        seconds = _time_interleaved(ready, args)
+        chosen = min(seconds, key=seconds.get)
+        self.selection = Selection(chosen, seconds, failed)
+        claimed = self.candidates[0].name
+        if claimed in failed:
+            self.failure = failed[claimed]
+        self.fn = ready[chosen]
+        for namespace, name in self._slots:
+            if namespace.get(name) is self:
+                namespace[name] = self.fn
+        return result
+
+
+def _time_interleaved(ready: dict[str, Callable], args) -> dict[str, float]:
+    """Median seconds per candidate over rounds that run each once (A B C A B C ...)."""
+    times: dict[str, list[float]] = {name: [] for name in ready}
+    spent, rounds = 0.0, 0
+    while rounds < MAX_ROUNDS and (rounds < 1 or spent < ROUND_BUDGET_S):
+        for name, fn in ready.items():
+            start = time.perf_counter()
+            fn(*args)
+            elapsed = time.perf_counter() - start
+            times[name].append(elapsed)
+            spent += elapsed
+        rounds += 1
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _accepts_all(executor, bsyms: list[BoundSymbol]) -> bool:
+    return all(executor.check(b) is True for b in bsyms)
+
+
+def _region_of(bsym: BoundSymbol) -> Region:
+    return Region(list(bsym.subsymbols), list(bsym.args), list(bsym.output))
+
+
+def _torch_candidate(bsym: BoundSymbol, fused: bool) -> Candidate:
+    if fused:
+        return Candidate(TORCH, lambda: torch_fallback(_region_of(bsym)))
+    return Candidate(TORCH, lambda: bsym.symbol.impl)  # called as the claimed implementation is
+
+
+def _rest_of_job(bsym: BoundSymbol, others: list, claim: Callable) -> Candidate | None:
+    """The claim's operations claimed by the job's other executors (``claim``), as one callable."""
+    fusion_or_operator = [e for e in others if e.name != TORCH]
+    if not fusion_or_operator:
+        return None
+    inputs = list(bsym.args)
+    ops = list(bsym.subsymbols)
+
+    def make() -> Callable:
+        trace = Trace(inputs, ops, bsym.output, function_name="rest_of_job")
+        return claim(trace, others).python_callable()
+
+    return Candidate("+".join(e.name for e in others), make)
+
+
+def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> list[Candidate]:
+    fused = isinstance(owner, FusionExecutor)
+    claimed = bsym.impl.fn if isinstance(bsym.impl, FirstCall) else bsym.impl
+    candidates = [Candidate(owner.name, lambda: claimed)]
+    ops = list(bsym.subsymbols) if fused else [bsym.replace(impl=None, executor=None)]
+    for other in executors:
+        if other is owner or other.name == TORCH:
+            continue
+        if isinstance(other, FusionExecutor) and fused and _accepts_all(other, ops):
+            region = _region_of(bsym)
+            candidates.append(Candidate(other.name, lambda other=other: other.compile_region(region)))
+        elif isinstance(other, OperatorExecutor) and not fused and _accepts_all(other, ops):
+            candidates.append(Candidate(other.name, lambda other=other: other.claimed(ops[0]).impl))
+    if fused:
+        others = [e for e in executors if e is not owner and e.name not in {c.name for c in candidates}]
+        rest = _rest_of_job(bsym, others, claim)
+        if rest is not None and rest.name != TORCH:
+            candidates.append(rest)
+    candidates.append(_torch_candidate(bsym, fused))
+    return candidates
+
+
+def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list], Trace]) -> Trace:
+    """Wrap each claim that has alternatives in a ``Measured`` that times them on its first call.
+
+    ``claim(trace, executors)`` claims a trace with some of the job's executors (for the
+    rest-of-the-job candidate).
+    """
+    by_name = {e.name: e for e in executors}
+    changed = False
+    bsyms = []
+    for bsym in trace.bound_symbols:
+        owner = by_name.get(bsym.executor)
+        if (
+            owner is None
+            or owner.name == TORCH
+            or bsym.symbol.has_tag(PYTHON)
+            or bsym.impl is None
+            or any(is_impure(b) for b in [bsym, *bsym.subsymbols])
+        ):
+            bsyms.append(bsym)
+            continue
+        candidates = _candidates(bsym, owner, executors, claim)
+        if len(candidates) < 2:
+            bsyms.append(bsym)
+            continue
+        ops = list(bsym.subsymbols) or [bsym]
+        bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops))))
+        changed = True
+    if not changed:
+        return trace
+    result = trace.with_bound_symbols(bsyms, trace.provenance)
+    for attribute in ("decisions", "given_back"):
+        if hasattr(trace, attribute):
+            setattr(result, attribute, getattr(trace, attribute))
+    return result
