@@ -8,9 +8,16 @@ read). The copy bandwidth (bytes read plus bytes written by a large copy, per se
 too; on some machines it is far above what reading alone reaches. Every backend must produce
 eager's tokens.
 
+Backends run interleaved (A B C A B C ...) for ``--rounds`` rounds, each in a fresh process;
+the table gives the median over rounds with the spread (fastest-slowest round) and the median of
+the per-round ratios.
+
     python benchmarks/generate.py                  # the ~30M-parameter config (6 layers, width 512)
+    python benchmarks/generate.py --config 4k      # the same with a 4096-token vocabulary
     python benchmarks/generate.py --config small   # 2 layers, width 128
-    python benchmarks/generate.py --tokens 64 --backends eager,thunder_core
+    python benchmarks/generate.py --tokens 64 --backends eager,thunder_core --rounds 3
+
+Backend names are those of ``benchmarks/backends.py``.
 """
 
 from __future__ import annotations
@@ -24,14 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-BACKENDS = (
-    "eager",
-    "torch.compile",
-    "torch.compile(max-autotune-no-cudagraphs)",
-    "thunder_core[torch]",
-    "thunder_core",
-    "torch.compile(backend=thunder_core)",
-)
+BACKENDS = ("eager", "torch.compile", "thunder_core[torch]", "thunder_core")
 CONFIGS = {
     "30m": {
         "n_layer": 6,
@@ -40,6 +40,14 @@ CONFIGS = {
         "n_query_groups": 8,
         "intermediate_size": 1376,
         "vocab": 8192,
+    },
+    "4k": {
+        "n_layer": 6,
+        "n_embd": 512,
+        "n_head": 8,
+        "n_query_groups": 8,
+        "intermediate_size": 1376,
+        "vocab": 4096,
     },
     "small": {
         "n_layer": 2,
@@ -67,28 +75,6 @@ def build_model(name: str):
         mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
     )  # fmt: skip
     return GPT(config).eval()
-
-
-def wrap(model, backend: str):
-    import torch
-
-    if backend == "eager":
-        return model
-    if backend == "torch.compile":
-        return torch.compile(model)
-    if backend == "torch.compile(max-autotune-no-cudagraphs)":
-        return torch.compile(model, mode="max-autotune-no-cudagraphs")
-    if backend == "torch.compile(backend=thunder_core)":
-        return torch.compile(model, backend="thunder_core")
-    import thunder_core
-
-    backend, _, plugins = backend.partition("/")  # "thunder_core/quantize-int8": with that plugin
-    executors = backend.removeprefix("thunder_core").strip("[]")
-    return thunder_core.jit(
-        model,
-        executors=executors.split("+") if executors else None,
-        plugins=plugins.split("+") if plugins else None,
-    )
 
 
 def generate(model, prompt, steps: int) -> tuple[list[int], float, list[float]]:
@@ -119,6 +105,8 @@ def measure(backend: str, config: str, steps: int) -> dict:
     prompt = torch.randint(
         0, CONFIGS[config]["vocab"], (1, PROMPT), generator=torch.Generator().manual_seed(0)
     )
+    from backends import wrap
+
     start = time.perf_counter()
     wrapped = wrap(model, backend)
     tokens, first_cold, _ = generate(wrapped, prompt, 4)  # compiles prefill and decode
@@ -163,25 +151,57 @@ def floor(config: str) -> dict:
     }
 
 
-def collect(backends, config: str, tokens: int) -> tuple[dict, dict]:
-    """The floor, and each backend measured in a fresh process (a failure is reported, not raised)."""
-    from measure import run_isolated
+def collect(backends, config: str, tokens: int, rounds: int) -> tuple[dict, dict]:
+    """The floor, and each backend's runs: interleaved rounds, each in a fresh process."""
+    from measure import interleaved, run_isolated
 
     limit = floor(config)
-    results = {}
-    for backend in [b for b in backends if b]:
-        try:
-            results[backend] = run_isolated(__file__, "--backend", backend, "--config", config,
-                                            "--tokens", str(tokens))  # fmt: skip
-        except Exception as error:  # noqa: BLE001 - a backend that fails is reported, the others still run
-            results[backend] = {"error": f"{type(error).__name__}: {str(error)[-300:]}"}
-    return limit, results
+    runs = interleaved(
+        lambda b: run_isolated(__file__, "--backend", b, "--config", config, "--tokens", str(tokens)),
+        [b for b in backends if b],
+        rounds,
+    )
+    return limit, runs
+
+
+def report(limit: dict, runs: dict, config: str, tokens: int, rounds: int) -> list[str]:
+    """The table: tokens/s median (spread) per backend, ratios per round, tokens against eager's."""
+    from measure import round_ratios, spread
+
+    lines = [
+        f"litgpt {config} ({limit['weight_bytes'] / 1e6:.0f} MB of float32 weights), batch 1, prompt {PROMPT}, "
+        f"{tokens} tokens, {rounds} interleaved rounds; read bandwidth {limit['bandwidth'] / 1e9:.1f} GB/s "
+        f"-> floor {limit['floor_s'] * 1e3:.2f} ms/token ({1 / limit['floor_s']:.0f} tokens/s)",
+        f"  {'backend':34s} {'tokens/s median (spread)':>26s} {'x eager':>8s} {'x torch.compile':>16s} "
+        f"{'first token ms':>15s} {'first call s':>13s}",
+    ]
+    eager = [r for r in runs.get("eager", []) if "decode_s" in r]
+    compiled = [r for r in runs.get("torch.compile", []) if "decode_s" in r]
+    for backend, results in runs.items():
+        ok = [r for r in results if "decode_s" in r]
+        errors = [r["error"] for r in results if "error" in r]
+        if not ok:
+            lines.append(f"  {backend:34s} failed: {errors[0] if errors else 'no result'}")
+            continue
+        speeds = [1 / r["decode_s"] for r in ok]
+        x_eager = round_ratios(eager, ok, "decode_s") if eager else []
+        x_compile = round_ratios(compiled, ok, "decode_s") if compiled else []
+        same = all(r["tokens"] == e["tokens"] for r, e in zip(ok, eager))
+        lines.append(
+            f"  {backend:34s} {spread(speeds):>26s} {spread(x_eager, digits=2):>8s} "
+            f"{spread(x_compile, digits=2):>16s} {spread([r['ttft_s'] for r in ok], 1e3):>15s} "
+            f"{spread([r['first_call_s'] for r in ok]):>13s}"
+            + ("" if same else "  TOKENS DIFFER FROM EAGER")
+            + (f"  ({len(errors)} round(s) failed: {errors[0]})" if errors else "")
+        )
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="30m")
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--backend", help="measure one backend in this process (internal)")
     args = parser.parse_args()
@@ -190,30 +210,8 @@ def main() -> None:
 
         print(json.dumps(measure(args.backend, args.config, args.tokens)))
         return
-    limit, results = collect(args.backends.split(","), args.config, args.tokens)
-    eager = results.get("eager", {})
-    compiled = results.get("torch.compile", {})
-    print(
-        f"litgpt {args.config} ({limit['weight_bytes'] / 1e6:.0f} MB of float32 weights), batch 1, prompt {PROMPT}, "
-        f"{args.tokens} tokens; read bandwidth {limit['bandwidth'] / 1e9:.1f} GB/s (copy: "
-        f"{limit['copy_bandwidth'] / 1e9:.1f} GB/s read + written) -> floor "
-        f"{limit['floor_s'] * 1e3:.2f} ms/token ({1 / limit['floor_s']:.0f} tokens/s)"
-    )
-    for backend, r in results.items():
-        if "error" in r:
-            print(f"  {backend:42s} failed: {r['error']}")
-            continue
-        same = "" if not eager or r["tokens"] == eager.get("tokens") else "  TOKENS DIFFER FROM EAGER"
-        line = (
-            f"  {backend:42s} {1 / r['decode_s']:7.1f} tokens/s ({r['decode_s'] * 1e3:6.2f} ms, "
-            f"{r['decode_s'] / limit['floor_s']:.2f}x floor"
-        )
-        if eager:
-            line += f", {eager['decode_s'] / r['decode_s']:.2f}x eager"
-        if compiled and "decode_s" in compiled:
-            line += f", {compiled['decode_s'] / r['decode_s']:.2f}x torch.compile"
-        line += f"); first token {r['ttft_s'] * 1e3:.1f} ms; first call {r['first_call_s']:.1f} s{same}"
-        print(line)
+    limit, runs = collect(args.backends.split(","), args.config, args.tokens, args.rounds)
+    print("\n".join(report(limit, runs, args.config, args.tokens, args.rounds)))
 
 
 if __name__ == "__main__":

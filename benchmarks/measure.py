@@ -63,3 +63,33 @@ def run_isolated(script: str, *args: str, for_memory: bool = False, env: dict | 
     if done.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def interleaved(run_one, backends: list[str], rounds: int) -> dict[str, list[dict]]:
+    """``run_one(backend)`` for every backend, round after round (A B C A B C ...).
+
+    This machine's speed can change several-fold within minutes; interleaving makes such a
+    change hit every backend alike, so the per-round ratios stay meaningful. A backend that
+    fails is recorded as ``{"error": ...}`` and the others go on.
+    """
+    runs: dict[str, list[dict]] = {b: [] for b in backends}
+    for _ in range(rounds):
+        for backend in backends:
+            try:
+                runs[backend].append(run_one(backend))
+            except Exception as error:  # noqa: BLE001 - reported beside the others' results
+                runs[backend].append({"error": f"{type(error).__name__}: {str(error)[-300:]}"})
+    return runs
+
+
+def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``median (min-max)`` of ``values`` times ``scale``."""
+    if not values:
+        return "-"
+    low, mid, high = min(values) * scale, statistics.median(values) * scale, max(values) * scale
+    return f"{mid:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def round_ratios(reference: list[dict], other: list[dict], key: str) -> list[float]:
+    """reference[key] / other[key] per round where both ran: above 1 means ``other`` was faster."""
+    return [r[key] / o[key] for r, o in zip(reference, other) if key in r and key in o]

@@ -51,28 +51,33 @@ def weight_megabytes(config: str) -> dict[str, float]:
 
 
 def main() -> None:
+    from measure import round_ratios, spread
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="30m")
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    limit, results = collect(BACKENDS, args.config, args.tokens)
+    limit, runs = collect(BACKENDS, args.config, args.tokens, args.rounds)
     sizes = weight_megabytes(args.config)
-    eager, compiled = results.get("eager", {}), results.get("torch.compile", {})
-    print(f"litgpt {args.config}, batch 1, {args.tokens} tokens; float32 floor {limit['floor_s'] * 1e3:.2f} ms/token "
-          f"(read bandwidth {limit['bandwidth'] / 1e9:.1f} GB/s)")  # fmt: skip
-    for backend, r in results.items():
-        if "error" in r:
-            print(f"  {backend:30s} failed: {r['error']}")
+    eager = [r for r in runs["eager"] if "decode_s" in r]
+    compiled = [r for r in runs["torch.compile"] if "decode_s" in r]
+    print(f"litgpt {args.config}, batch 1, {args.tokens} tokens, {args.rounds} interleaved rounds; float32 floor "
+          f"{limit['floor_s'] * 1e3:.2f} ms/token (read bandwidth {limit['bandwidth'] / 1e9:.1f} GB/s); "
+          "tokens/s and ratios: median (spread)")  # fmt: skip
+    for backend, results in runs.items():
+        ok = [r for r in results if "decode_s" in r]
+        if not ok:
+            print(f"  {backend:30s} failed: {results[0].get('error')}")
             continue
         kind = backend.rpartition("quantize-")[2] if "quantize-" in backend else "float32"
-        agree = sum(a == b for a, b in zip(r["tokens"], eager.get("tokens", [])))
-        line = f"  {backend:30s} {1 / r['decode_s']:7.1f} tokens/s ({r['decode_s'] * 1e3:6.2f} ms; {sizes[kind]:5.1f} MB of weights"
-        if "decode_s" in eager:
-            line += f"; {eager['decode_s'] / r['decode_s']:.2f}x float32 eager"
-        if "decode_s" in compiled:
-            line += f", {compiled['decode_s'] / r['decode_s']:.2f}x torch.compile"
-        line += f"); greedy tokens equal to float32 eager: {agree}/{len(r['tokens'])}"
-        print(line)
+        agree = min(sum(a == b for a, b in zip(r["tokens"], e["tokens"])) for r, e in zip(ok, eager))
+        print(
+            f"  {backend:30s} {spread([1 / r['decode_s'] for r in ok])} tokens/s; {sizes[kind]:5.1f} MB of weights; "
+            f"{spread(round_ratios(eager, ok, 'decode_s'), digits=2)}x float32 eager, "
+            f"{spread(round_ratios(compiled, ok, 'decode_s'), digits=2)}x torch.compile; "
+            f"greedy tokens equal to float32 eager: {agree}/{len(ok[0]['tokens'])}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,13 @@ def small_litgpt(
     return GPT(config)
 
 
-def check_litgpt_training(executors: list[str], *, rtol: float = 1e-4, atol: float = 1e-5) -> None:
-    """One forward+backward of a small litgpt GPT through ``executors`` gives eager's loss and gradients."""
+def check_litgpt_training(
+    executors: list[str], *, rtol: float = 1e-4, atol: float = 1e-5, **jit_arguments
+) -> None:
+    """One forward+backward of a small litgpt GPT through ``executors`` gives eager's loss and gradients.
+
+    ``jit_arguments`` go to ``thunder_core.jit`` (``options``, ``select``, ...).
+    """
     torch.manual_seed(0)
     model = small_litgpt()
     idx = torch.randint(0, 128, (2, 17))
@@ -36,7 +41,7 @@ def check_litgpt_training(executors: list[str], *, rtol: float = 1e-4, atol: flo
     expected.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    actual = loss(thunder_core.jit(model, executors=executors))
+    actual = loss(thunder_core.jit(model, executors=executors, **jit_arguments))
     actual.backward()
     torch.testing.assert_close(actual, expected)
     for n, p in model.named_parameters():

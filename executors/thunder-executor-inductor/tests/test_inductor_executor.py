@@ -73,3 +73,46 @@ def test_a_region_called_with_other_strides_than_traced_gets_its_own_variant():
     transposed = x.t().contiguous().t()  # same values, strides (1, 8) instead of (8, 1)
     (out,) = region.impl(transposed, y)
     torch.testing.assert_close(out, fn(x, y))
+
+
+MAXIMAL = {"inductor": {"regions": "maximal"}}
+
+
+def test_maximal_regions_take_matmuls_too():
+    x, w = torch.randn(8, 32), torch.randn(32, 32)
+    jfn = thunder_core.jit(block, executors=["inductor"], options=MAXIMAL)
+    torch.testing.assert_close(jfn(x, w), block(x, w))
+    final = thunder_core.last_traces(jfn)[-1]
+    assert [b.executor for b in final.bound_symbols if b.executor != "python"] == ["inductor"]
+    region = next(b for b in final.bound_symbols if b.executor == "inductor")
+    assert "torch.matmul" in {s.symbol.printed_name for s in region.subsymbols}
+
+
+def test_litgpt_training_step_with_maximal_regions_matches_eager():
+    check_litgpt_training(["inductor"], options=MAXIMAL)
+
+
+def test_litgpt_training_step_measured_against_numba_and_torch_matches_eager():
+    """The default selection: each region timed against numba, the rest of the job and torch."""
+    check_litgpt_training(["inductor", "numba"], select="measure")
+
+
+def test_inductor_options_reach_the_compiler():
+    def fn(x):
+        return torch.sin(x) * 2 + 1
+
+    x = torch.randn(16)
+    jfn = thunder_core.jit(fn, executors=["inductor"], options={"inductor": {"cpp_wrapper": True}})
+    torch.testing.assert_close(jfn(x), fn(x))
+    executor = thunder_core.explain(jfn)  # the job's executor is configured per job, not shared
+    job_executor = jfn._job.executors[0]
+    assert job_executor.inductor_options == {"cpp_wrapper": True} and executor.executors[0] == "inductor"
+    region = next(b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor")
+    assert region.impl.failure is None  # compiled and ran with the C++ wrapper, no fallback to torch
+
+
+def test_an_unknown_region_mode_is_refused_with_the_choices():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"regions must be one of \('fusion', 'maximal'\)"):
+        thunder_core.jit(block, executors=["inductor"], options={"inductor": {"regions": "everything"}})

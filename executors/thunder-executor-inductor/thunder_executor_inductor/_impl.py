@@ -186,9 +186,8 @@ def _compile(region, name: str, options: dict):
         graph = make_fx(fn, tracing_mode="fake")(*examples)
         if not any(node.op == "call_function" for node in graph.graph.nodes):
             raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
-        return torch._inductor.standalone_compile(
-            graph, examples, dynamic_shapes="from_example_inputs", options=options or None
-        )
+        with torch._inductor.config.patch(options):  # Inductor's own settings for this job
+            return torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_example_inputs")
 
     expected = tuple(tuple(p.stride()) for p in region.inputs)
     compiled = compile_for(expected)
