@@ -1,14 +1,14 @@
-"""The backends the benchmarks compare, named on their command lines.
+"""The backends the benchmarks compare, named on their command lines::
 
-    eager
-    torch.compile                              # Inductor, default mode
-    torch.compile(max-autotune-no-cudagraphs)  # any torch.compile mode in parentheses
-    torch.compile(backend=thunder_core)        # thunder_core behind Dynamo
-    thunder_core                               # the default executors (every installed one)
-    thunder_core[torch]                        # only these executors, in this claim order
-    thunder_core[inductor(regions=maximal)+numba]   # with executor options
-    thunder_core[inductor+numba]/checkpoint    # with plugins
-    thunder_core/select=priority               # the claim order decides, without measuring
+eager
+torch.compile                              # Inductor, default mode
+torch.compile(max-autotune-no-cudagraphs)  # any torch.compile mode in parentheses
+torch.compile(backend=thunder_core)        # thunder_core behind Dynamo
+thunder_core                               # the default executors (every installed one)
+thunder_core[torch]                        # only these executors, in this claim order
+thunder_core[inductor(regions=maximal)+numba]   # with executor options
+thunder_core[inductor+numba]/checkpoint    # with plugins
+thunder_core/select=priority               # the claim order decides, without measuring
 """
 
 from __future__ import annotations

@@ -172,8 +172,8 @@ def report(limit: dict, runs: dict, config: str, tokens: int, rounds: int) -> li
         f"litgpt {config} ({limit['weight_bytes'] / 1e6:.0f} MB of float32 weights), batch 1, prompt {PROMPT}, "
         f"{tokens} tokens, {rounds} interleaved rounds; read bandwidth {limit['bandwidth'] / 1e9:.1f} GB/s "
         f"-> floor {limit['floor_s'] * 1e3:.2f} ms/token ({1 / limit['floor_s']:.0f} tokens/s)",
-        f"  {'backend':34s} {'tokens/s median (spread)':>26s} {'x eager':>8s} {'x torch.compile':>16s} "
-        f"{'first token ms':>15s} {'first call s':>13s}",
+        f"  {'backend':24s} {'tokens/s median (spread)':>26s} {'x eager':>18s} {'x torch.compile':>18s} "
+        f"{'first token ms':>20s} {'first call s':>18s}",
     ]
     eager = [r for r in runs.get("eager", []) if "decode_s" in r]
     compiled = [r for r in runs.get("torch.compile", []) if "decode_s" in r]
@@ -181,16 +181,16 @@ def report(limit: dict, runs: dict, config: str, tokens: int, rounds: int) -> li
         ok = [r for r in results if "decode_s" in r]
         errors = [r["error"] for r in results if "error" in r]
         if not ok:
-            lines.append(f"  {backend:34s} failed: {errors[0] if errors else 'no result'}")
+            lines.append(f"  {backend:24s} failed: {errors[0] if errors else 'no result'}")
             continue
         speeds = [1 / r["decode_s"] for r in ok]
         x_eager = round_ratios(eager, ok, "decode_s") if eager else []
         x_compile = round_ratios(compiled, ok, "decode_s") if compiled else []
         same = all(r["tokens"] == e["tokens"] for r, e in zip(ok, eager))
         lines.append(
-            f"  {backend:34s} {spread(speeds):>26s} {spread(x_eager, digits=2):>8s} "
-            f"{spread(x_compile, digits=2):>16s} {spread([r['ttft_s'] for r in ok], 1e3):>15s} "
-            f"{spread([r['first_call_s'] for r in ok]):>13s}"
+            f"  {backend:24s} {spread(speeds):>26s} {spread(x_eager, digits=2):>18s} "
+            f"{spread(x_compile, digits=2):>18s} {spread([r['ttft_s'] for r in ok], 1e3):>20s} "
+            f"{spread([r['first_call_s'] for r in ok]):>18s}"
             + ("" if same else "  TOKENS DIFFER FROM EAGER")
             + (f"  ({len(errors)} round(s) failed: {errors[0]})" if errors else "")
         )

@@ -33,7 +33,6 @@ BACKENDS = (
     "torch.compile",
     "thunder_core[torch]",
     "thunder_core",
-    "torch.compile(backend=thunder_core)",
 )
 BATCH, LENGTH = 4, 256
 
@@ -150,7 +149,7 @@ def main() -> None:
     parser.add_argument("--backend", help="measure one backend in this process (internal)")
     parser.add_argument("--model", choices=MODELS, default="litgpt")
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every backend")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved repetitions of every backend")
     parser.add_argument("--what", choices=("time", "memory", "floor"), default="time", help="(internal)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset to run")
     parser.add_argument(

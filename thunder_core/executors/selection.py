@@ -82,12 +82,12 @@ class Measured:
     def attach_to_namespace(self, namespace: dict, name: str) -> None:
         self._slots.append((namespace, name))
 
-    def _compile_and_warm_up(self, args) -> tuple[dict[str, Callable], dict[str, str], object]:
+    def _compile_and_warm_up(self, args, kwargs) -> tuple[dict[str, Callable], dict[str, str], object]:
         ready, failed, result = {}, {}, None
         for candidate in self.candidates:
             try:
                 fn = candidate.make()
-                out = fn(*args)
+                out = fn(*args, **kwargs)
             except Exception as error:  # a candidate that fails drops out, as a failed first run would
                 token = _strict.set(self._strict)
                 try:
@@ -102,13 +102,13 @@ class Measured:
                 result = out
         return ready, failed, result
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self.fn is not None:
-            return self.fn(*args)
-        ready, failed, result = self._compile_and_warm_up(args)
+            return self.fn(*args, **kwargs)
+        ready, failed, result = self._compile_and_warm_up(args, kwargs)
         if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
             raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
-        seconds = _time_interleaved(ready, args)
+        seconds = _time_interleaved(ready, args, kwargs)
         chosen = min(seconds, key=seconds.get)
         self.selection = Selection(chosen, seconds, failed)
         claimed = self.candidates[0].name
@@ -121,14 +121,14 @@ class Measured:
         return result
 
 
-def _time_interleaved(ready: dict[str, Callable], args) -> dict[str, float]:
+def _time_interleaved(ready: dict[str, Callable], args, kwargs) -> dict[str, float]:
     """Median seconds per candidate over rounds that run each once (A B C A B C ...)."""
     times: dict[str, list[float]] = {name: [] for name in ready}
     spent, rounds = 0.0, 0
     while rounds < MAX_ROUNDS and (rounds < 1 or spent < ROUND_BUDGET_S):
         for name, fn in ready.items():
             start = time.perf_counter()
-            fn(*args)
+            fn(*args, **kwargs)
             elapsed = time.perf_counter() - start
             times[name].append(elapsed)
             spent += elapsed
@@ -144,19 +144,21 @@ def _region_of(bsym: BoundSymbol) -> Region:
     return Region(list(bsym.subsymbols), list(bsym.args), list(bsym.output))
 
 
-def _torch_candidate(bsym: BoundSymbol, fused: bool) -> Candidate:
+def _torch_candidate(bsym: BoundSymbol, fused: bool) -> Candidate | None:
     if fused:
         return Candidate(TORCH, lambda: torch_fallback(_region_of(bsym)))
+    if bsym.symbol.impl is None:
+        return None
     return Candidate(TORCH, lambda: bsym.symbol.impl)  # called as the claimed implementation is
 
 
 def _rest_of_job(bsym: BoundSymbol, others: list, claim: Callable) -> Candidate | None:
     """The claim's operations claimed by the job's other executors (``claim``), as one callable."""
     fusion_or_operator = [e for e in others if e.name != TORCH]
-    if not fusion_or_operator:
-        return None
-    inputs = list(bsym.args)
     ops = list(bsym.subsymbols)
+    if not any(e.check(b) is True for e in fusion_or_operator for b in ops):
+        return None  # the others would leave every operation to torch: the torch candidate
+    inputs = list(bsym.args)
 
     def make() -> Callable:
         trace = Trace(inputs, ops, bsym.output, function_name="rest_of_job")
@@ -170,12 +172,12 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
     claimed = bsym.impl.fn if isinstance(bsym.impl, FirstCall) else bsym.impl
     candidates = [Candidate(owner.name, lambda: claimed)]
     ops = list(bsym.subsymbols) if fused else [bsym.replace(impl=None, executor=None)]
+    region = _region_of(bsym)
     for other in executors:
         if other is owner or other.name == TORCH:
             continue
         if isinstance(other, FusionExecutor) and fused and _accepts_all(other, ops):
-            region = _region_of(bsym)
-            candidates.append(Candidate(other.name, lambda other=other: other.compile_region(region)))
+            candidates.append(Candidate(other.name, lambda c=other.compile_region: c(region)))
         elif isinstance(other, OperatorExecutor) and not fused and _accepts_all(other, ops):
             candidates.append(Candidate(other.name, lambda other=other: other.claimed(ops[0]).impl))
     if fused:
@@ -183,8 +185,8 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
         rest = _rest_of_job(bsym, others, claim)
         if rest is not None and rest.name != TORCH:
             candidates.append(rest)
-    candidates.append(_torch_candidate(bsym, fused))
-    return candidates
+    torch_candidate = _torch_candidate(bsym, fused)
+    return candidates + ([torch_candidate] if torch_candidate is not None else [])
 
 
 def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list], Trace]) -> Trace:

@@ -175,3 +175,56 @@ def test_litgpt_decoding_with_the_matrix_vector_kernel_matches_eager():
     assert (
         len(_claimed_linears(jmodel)) == 2 * 5 + 1
     )  # qkv, attention proj, fc_1, fc_2, mlp proj per layer; lm_head
+    assert len(_claimed_attention(jmodel)) == 2  # one per layer, over the grouped-query cache
+
+
+def _claimed_attention(jfn) -> list:
+    return [b for b in _fused(jfn) if b.subsymbols[0].symbol.name == "scaled_dot_product_attention"]
+
+
+def _attend(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=0.125)
+
+
+def test_one_query_attention_over_a_masked_cache_skips_masked_positions_and_matches_eager():
+    """Prefixes of a 512-position cache (none, some, all filled), scattered masks, per-head masks,
+    an expanded (grouped-query) cache, float32 and float64; every position masked gives eager's zeros."""
+    torch.manual_seed(0)
+    jfn = thunder_core.jit(_attend, executors=["numba"])
+    for dtype in (torch.float32, torch.float64):
+        q = torch.randn(1, 8, 1, 64, dtype=dtype)
+        k, v = torch.randn(1, 8, 512, 64, dtype=dtype), torch.randn(1, 8, 512, 64, dtype=dtype)
+        grouped = torch.randn(1, 2, 1, 512, 64, dtype=dtype).expand(1, 2, 4, 512, 64).reshape(1, 8, 512, 64)
+        masks = [torch.arange(512) < n for n in (0, 1, 37, 512)]
+        masks += [torch.rand(512) < 0.3, torch.rand(1, 8, 1, 512) < 0.5]
+        for mask in masks:
+            for keys in (k, grouped):
+                mask4 = mask.view(1, 1, 1, 512) if mask.ndim == 1 else mask
+                with torch.no_grad():
+                    out = jfn(q, keys, v, mask4)
+                torch.testing.assert_close(out, _attend(q, keys, v, mask4), equal_nan=True)
+                (region,) = _claimed_attention(jfn)
+                assert region.impl.source.startswith("numba attention")
+    with torch.no_grad():
+        nothing_to_attend = jfn(q, k, v, torch.zeros(1, 1, 1, 512, dtype=torch.bool))
+    assert _claimed_attention(jfn) and not nothing_to_attend.isnan().any()
+    torch.testing.assert_close(
+        nothing_to_attend, _attend(q, k, v, torch.zeros(1, 1, 1, 512, dtype=torch.bool))
+    )
+
+
+def test_attention_stays_with_aten_when_the_kernel_does_not_fit():
+    q, k, v = torch.randn(1, 4, 1, 32), torch.randn(1, 4, 64, 32), torch.randn(1, 4, 64, 32)
+    mask = torch.ones(1, 1, 1, 64, dtype=torch.bool)
+    cases = [
+        (lambda: (torch.randn(1, 4, 2, 32), k, v, mask), torch.no_grad, "one query row"),
+        (lambda: (q, k, v, torch.zeros(1, 1, 1, 64)), torch.no_grad, "boolean attn_mask"),
+        (lambda: (q.requires_grad_(), k, v, mask), torch.enable_grad, None),  # training: ATen's kernels
+    ]
+    for make, mode, reason in cases:
+        args = make()
+        jfn = thunder_core.jit(_attend, executors=["numba"])
+        with mode():
+            torch.testing.assert_close(jfn(*args), _attend(*args))
+        assert not _claimed_attention(jfn)
+        assert reason is None or reason in str(thunder_core.explain(jfn)), reason

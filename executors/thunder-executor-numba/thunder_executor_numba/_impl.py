@@ -17,6 +17,7 @@ import torch
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
 from thunder_core.extend import TensorProxy, leaves
+from thunder_executor_numba.attention import check_decode_attention, decode_attention, is_attention
 from thunder_executor_numba.codegen import (
     DTYPES,
     PRELUDE,
@@ -76,6 +77,7 @@ class NumbaExecutor(FusionExecutor):
             except KeyError:  # an op this torch version lacks
                 continue
         self.register_supported("linear")  # one-row products only: see gemv.py
+        self.register_supported("scaled_dot_product_attention")  # one query over a cache: attention.py
 
     def check(self, bsym):
         verdict = super().check(bsym)
@@ -83,6 +85,8 @@ class NumbaExecutor(FusionExecutor):
             return verdict
         if is_linear(bsym):
             return check_one_row_linear(bsym)
+        if is_attention(bsym):
+            return check_decode_attention(bsym)
         supported = _tensors_supported(bsym)
         if supported is not True:
             return supported
@@ -94,16 +98,16 @@ class NumbaExecutor(FusionExecutor):
 
     def region_weight(self, region) -> int:
         """Prims that compute something (shape-only prims cost nothing in a fused kernel)."""
-        if any(is_linear(b) for b in region):
-            return 1 << 30  # a one-row linear is worth its kernel on its own
+        if any(is_linear(b) or is_attention(b) for b in region):
+            return 1 << 30  # a one-row linear or a decode attention is worth its kernel on its own
         try:
             return sum(1 for b in flatten_prims(region) if b.symbol.name not in SHAPE_ONLY)
         except RegionNotSupported:
             return 0
 
     def can_join(self, region, bsym) -> bool:
-        if is_linear(bsym) or any(is_linear(b) for b in region):
-            return False  # the matrix-vector kernel runs alone
+        if any(is_linear(b) or is_attention(b) for b in [*region, bsym]):
+            return False  # the matrix-vector and attention kernels run alone
         try:
             analyze([*region, bsym], [])
         except RegionNotSupported:
@@ -134,6 +138,8 @@ class NumbaExecutor(FusionExecutor):
     def compile_region(self, region):
         if len(region.bound_symbols) == 1 and is_linear(region.bound_symbols[0]):
             return one_row_linear(region.bound_symbols[0])
+        if len(region.bound_symbols) == 1 and is_attention(region.bound_symbols[0]):
+            return decode_attention(region)
         numel = max((p.numel() for b in region.bound_symbols for p in b.flat_outputs()), default=0)
         try:
             kernel_source = generate(
