@@ -568,3 +568,22 @@ def test_select_is_checked_and_reaches_the_torch_compile_front_end(monkeypatch):
     for _ in range(2):
         torch.testing.assert_close(compiled(a, b), _exp_chain(a, b))
     assert slow.RUNS == [5, 5]
+
+
+def test_an_operator_executor_is_measured_against_torch_with_the_call_as_written():
+    """goodex's add (an operator executor's implementation), called with a keyword argument,
+    timed against torch's add: either may win; the result is eager's and explain shows both."""
+    module = importlib.import_module("tc_goodex")
+
+    def add_scaled(a, b):
+        return torch.add(a, b, alpha=2.0)
+
+    jfn = thunder_core.jit(add_scaled, executors=["goodex"], select="measure")
+    a, b = torch.randn(4), torch.randn(4)
+    before = len(module.CALLS)
+    for _ in range(3):
+        torch.testing.assert_close(jfn(a, b), a + 2.0 * b)
+    assert len(module.CALLS) > before  # goodex's kernel ran while being measured
+    report = thunder_core.explain(jfn).for_symbol("torch.add")[0]
+    assert "measured goodex" in report.note and "torch" in report.note, report.note
+    assert report.executor in ("goodex", "torch")

@@ -18,6 +18,9 @@ generated code calls the winner directly from then on) and shown by ``explain``.
 
 Claims with effects (in-place updates, random draws, hooks) are not measured: running them
 more than once would repeat the effect; claim order decides them, as with ``select="priority"``.
+Nor are claims whose outputs (or values computed from them) are later updated in place: the
+update must reach what the claimed executor returned (a view of a KV cache, say), and another
+candidate could return a copy where it returns a view.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from dataclasses import dataclass
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
 from thunder_core.executors.fusion import operations, torch_fallback
-from thunder_core.executors.regions import Region
-from thunder_core.ir.symbols import PYTHON, BoundSymbol, is_impure
+from thunder_core.executors.regions import Region, RegionNotSupported
+from thunder_core.ir.symbols import INPLACE, PYTHON, BoundSymbol, is_impure
 from thunder_core.ir.trace import Trace
 
 SELECTIONS = ("measure", "priority")
@@ -87,6 +90,12 @@ class Measured:
         for candidate in self.candidates:
             try:
                 fn = candidate.make()
+            except RegionNotSupported as reason:  # an alternative that cannot take it: no warning
+                failed[candidate.name] = f"could not compile it: {reason}"
+                continue
+            except Exception as error:
+                fn = _raising(error)
+            try:
                 out = fn(*args, **kwargs)
             except Exception as error:  # a candidate that fails drops out, as a failed first run would
                 token = _strict.set(self._strict)
@@ -119,6 +128,13 @@ class Measured:
             if namespace.get(name) is self:
                 namespace[name] = self.fn
         return result
+
+
+def _raising(error: Exception) -> Callable:
+    def run(*args, **kwargs):
+        raise error
+
+    return run
 
 
 def _time_interleaved(ready: dict[str, Callable], args, kwargs) -> dict[str, float]:
@@ -172,7 +188,7 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
     claimed = bsym.impl.fn if isinstance(bsym.impl, FirstCall) else bsym.impl
     candidates = [Candidate(owner.name, lambda: claimed)]
     ops = list(bsym.subsymbols) if fused else [bsym.replace(impl=None, executor=None)]
-    region = _region_of(bsym)
+    region = _region_of(bsym) if fused else None
     for other in executors:
         if other is owner or other.name == TORCH:
             continue
@@ -189,6 +205,23 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
     return candidates + ([torch_candidate] if torch_candidate is not None else [])
 
 
+def _updated_later(trace: Trace) -> Callable[[BoundSymbol], bool]:
+    """A test: is an output of this claim, or a value computed from it, updated in place later?"""
+    steps = [s for b in trace.bound_symbols for s in (b.subsymbols or [b])]
+    mutated = {p.name for s in steps if s.symbol.has_tag(INPLACE) for p in s.flat_args()}
+    if not mutated:
+        return lambda bsym: False
+
+    def updated(bsym: BoundSymbol) -> bool:
+        reached = {p.name for p in bsym.flat_outputs()}
+        for step in steps:
+            if any(p.name in reached for p in step.flat_args()):
+                reached.update(p.name for p in step.flat_outputs())
+        return bool(reached & mutated)
+
+    return updated
+
+
 def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list], Trace]) -> Trace:
     """Wrap each claim that has alternatives in a ``Measured`` that times them on its first call.
 
@@ -196,6 +229,7 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
     rest-of-the-job candidate).
     """
     by_name = {e.name: e for e in executors}
+    updated_later = _updated_later(trace)
     changed = False
     bsyms = []
     for bsym in trace.bound_symbols:
@@ -206,6 +240,7 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             or bsym.symbol.has_tag(PYTHON)
             or bsym.impl is None
             or any(is_impure(b) for b in [bsym, *bsym.subsymbols])
+            or updated_later(bsym)
         ):
             bsyms.append(bsym)
             continue

@@ -116,3 +116,26 @@ def test_an_unknown_region_mode_is_refused_with_the_choices():
 
     with pytest.raises(ValueError, match=r"regions must be one of \('fusion', 'maximal'\)"):
         thunder_core.jit(block, executors=["inductor"], options={"inductor": {"regions": "everything"}})
+
+
+def test_a_region_whose_output_is_updated_in_place_later_is_not_measured():
+    """The KV-cache pattern: a region returns a view of the cache (and computes the new entry),
+    then index_copy_ writes through the view. Another candidate could return a copy, so the
+    claim order decides, and the cache is updated as in eager."""
+
+    def step(cache, x, position):
+        window = cache[:1, ...]
+        entry = torch.sin(x) * 2 + 1
+        window.index_copy_(1, position, entry)
+        return window.sum() + entry.exp().sum()
+
+    cache, x, position = torch.zeros(2, 8, 4), torch.randn(1, 1, 4), torch.tensor([3])
+    expected_cache = cache.clone()
+    expected = step(expected_cache, x, position)
+    jfn = thunder_core.jit(step, executors=["inductor", "numba"], select="measure")
+    with torch.no_grad():
+        torch.testing.assert_close(jfn(cache, x, position), expected)
+    torch.testing.assert_close(cache, expected_cache)
+    explanation = thunder_core.explain(jfn)
+    (window_report,) = explanation.for_symbol("torch.sin")
+    assert "measured" not in window_report.note, window_report.note
