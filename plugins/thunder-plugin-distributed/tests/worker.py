@@ -9,6 +9,7 @@ the full final parameters, and what the scenario measured (collectives in the tr
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import tempfile
@@ -386,6 +387,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     try:
         for name in names:
+            print(f"rank {dist.get_rank()}: {name}", flush=True)
             result = globals()[f"scenario_{name}"]()
             if dist.get_rank() == 0:
                 torch.save(result, os.path.join(out, f"{name}.pt"))
@@ -395,5 +397,13 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # A crash in native code (an abort in a collective or a kernel) prints every thread's Python
+    # stack, so the test's failure message says where it happened.
+    faulthandler.enable(all_threads=True)
     tempfile.tempdir = None
     main()
+    # Every result is written and the process group is gone: leave without running the
+    # interpreter's teardown, where native threads of libraries still loaded can abort the process.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
