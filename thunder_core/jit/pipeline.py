@@ -24,9 +24,11 @@ from thunder_core.capture import capture
 from thunder_core.capture.blocks import block_input_names, has_blocks
 from thunder_core.executors.claiming import assign_executors
 from thunder_core.executors.failures import strictness
+from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.trace import Provenance, Trace, TrainingTraces
 from thunder_core.jit.autograd import TrainingProgram
 from thunder_core.jit.blocks import share_blocks, without_blocks
+from thunder_core.jit.cpu_memory import keep_freed_memory
 from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled, autocast_transform
 from thunder_core.transforms.dce import dce
 from thunder_core.transforms.delete_last_used import delete_last_used
@@ -158,11 +160,22 @@ def compile_function(
         if guard_builder is not None:
             guard_builder.lifted_tensors(lifted)
         flat = without_blocks(captured)
+        compiled = None
         if has_blocks(captured.bound_symbols) and not ambient and not _has_passes(job):
             compiled = _compile_sharing_blocks(captured, flat, lifted, job)
-            if compiled is not None:
-                return compiled
-        return _compile(flat, lifted, job, ambient, block_inputs=block_input_names(captured.bound_symbols))
+        if compiled is None:
+            compiled = _compile(
+                flat, lifted, job, ambient, block_inputs=block_input_names(captured.bound_symbols)
+            )
+    if _keeps_cpu_memory(job) and any(
+        isinstance(p, TensorProxy) and p.device.type == "cpu" for p in captured.inputs
+    ):
+        compiled.notes.append(keep_freed_memory())
+    return compiled
+
+
+def _keeps_cpu_memory(job) -> bool:
+    return job is None or job.config is None or job.config.cpu_memory == "keep"
 
 
 def _has_passes(job) -> bool:

@@ -2,7 +2,8 @@
 
 Precedence, highest first: ``jit(executors=..., plugins=..., options=...)``; the
 environment (``THUNDER_CORE_EXECUTORS``, ``THUNDER_CORE_PLUGINS``, ``THUNDER_CORE_DISABLE``,
-``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``, ``THUNDER_CORE_SELECT``); the config file (the TOML file
+``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``, ``THUNDER_CORE_SELECT``,
+``THUNDER_CORE_CPU_MEMORY``); the config file (the TOML file
 ``THUNDER_CORE_CONFIG`` names, else ``[tool.thunder-core]`` in the nearest pyproject.toml).
 """
 
@@ -29,8 +30,11 @@ CONFIG_KEYS = {
     "strict": "true: any broken, incompatible or stale plugin is an error",
     "select": '"measure" (default): time each claim against its alternatives on its first call; '
     '"priority": keep every claim as the claim order made it',
+    "cpu_memory": '"keep" (default): glibc keeps freed CPU memory for reuse (no page faults for a '
+    'program\'s intermediates; process-wide, set by the first CPU program); "release": malloc as it is',
 }
 SELECTIONS = ("measure", "priority")
+CPU_MEMORY = ("keep", "release")
 ENV_FLAGS = ("1", "true", "yes", "on")
 
 
@@ -45,6 +49,7 @@ class JobConfig:
     autoload: bool = True
     strict: bool = False
     select: str = "measure"
+    cpu_memory: str = "keep"
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -82,21 +87,41 @@ def _check_keys(table: dict, where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {unknown}. The known keys are:\n{known}")
 
 
-def _selection(select, env, table: dict, where: str) -> tuple[str, str]:
-    for source, value in (
-        ("jit(select=...)", select),
-        ("THUNDER_CORE_SELECT", env.get("THUNDER_CORE_SELECT") or None),
-        (f"{where}: select", table.get("select")),
-    ):
+def _choice(key: str, choices: tuple, explained: str, sources) -> tuple[str, str]:
+    """The first value given among ``sources`` ((where, value) pairs, highest precedence first)."""
+    for source, value in sources:
         if value is None:
             continue
-        if value not in SELECTIONS:
-            raise ConfigError(
-                f"{source}: select must be one of {list(SELECTIONS)}, got {value!r} ('measure' times the "
-                "executors that can run an operation and keeps the fastest; 'priority' keeps the claim order)"
-            )
+        if value not in choices:
+            raise ConfigError(f"{source}: {key} must be one of {list(choices)}, got {value!r} ({explained})")
         return value, source
-    return "measure", "default"
+    return choices[0], "default"
+
+
+def _selection(select, env, table: dict, where: str) -> tuple[str, str]:
+    return _choice(
+        "select",
+        SELECTIONS,
+        "'measure' times the executors that can run an operation and keeps the fastest; "
+        "'priority' keeps the claim order",
+        [
+            ("jit(select=...)", select),
+            ("THUNDER_CORE_SELECT", env.get("THUNDER_CORE_SELECT") or None),
+            (f"{where}: select", table.get("select")),
+        ],
+    )
+
+
+def _cpu_memory(env, table: dict, where: str) -> tuple[str, str]:
+    return _choice(
+        "cpu_memory",
+        CPU_MEMORY,
+        "'keep' keeps freed CPU memory for reuse; 'release' leaves malloc as it is",
+        [
+            ("THUNDER_CORE_CPU_MEMORY", env.get("THUNDER_CORE_CPU_MEMORY") or None),
+            (f"{where}: cpu_memory", table.get("cpu_memory")),
+        ],
+    )
 
 
 def resolve(*, executors=None, plugins=None, options=None, disable=None, select=None) -> JobConfig:
@@ -169,4 +194,5 @@ def resolve(*, executors=None, plugins=None, options=None, disable=None, select=
         table.get("strict", False)
     )
     config.select, config.sources["select"] = _selection(select, env, table, where)
+    config.cpu_memory, config.sources["cpu_memory"] = _cpu_memory(env, table, where)
     return config

@@ -1,0 +1,77 @@
+"""The CPU memory policy: freed memory kept for reuse (no page faults), or malloc left alone.
+
+The policy is process-wide, so each case runs in a fresh interpreter: it jits a function on
+CPU tensors, then allocates and frees ten 4 MiB tensors several times and counts the page
+faults those rounds cost (glibc's default trims the freed heap and every round faults again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+import thunder_core
+
+SCRIPT = r"""
+import json, resource, torch, thunder_core
+
+f = thunder_core.jit(lambda a: a * 2)
+f(torch.ones(4))
+
+def round_trip():
+    tensors = [torch.empty(1 << 20).fill_(1.0) for _ in range(10)]
+    del tensors
+
+round_trip(); round_trip()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    round_trip()
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({"notes": thunder_core.explain(f).notes, "faults": faults}))
+"""
+
+glibc_only = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="the keep policy sets glibc's malloc thresholds; other C libraries are left alone",
+)
+
+
+def _run(**env) -> dict:
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"
+    }
+    environment.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@glibc_only
+def test_freed_memory_is_kept_for_reuse_by_default():
+    kept = _run()
+    released = _run(THUNDER_CORE_CPU_MEMORY="release")
+    assert any("kept for reuse" in note for note in kept["notes"])
+    assert not any(note.startswith("cpu memory") for note in released["notes"])
+    # 5 rounds of 40 MiB: glibc's default faults every page again (about 50,000 faults here).
+    assert released["faults"] > 5_000
+    assert kept["faults"] < released["faults"] / 20
+
+
+@glibc_only
+def test_the_users_own_malloc_settings_win():
+    result = _run(MALLOC_TOP_PAD_="0")
+    assert any("left as MALLOC_TOP_PAD_ configures it" in note for note in result["notes"])
+    assert result["faults"] > 5_000
+
+
+def test_a_wrong_cpu_memory_value_names_the_choices(monkeypatch):
+    monkeypatch.setenv("THUNDER_CORE_CPU_MEMORY", "cache")
+    with pytest.raises(thunder_core.ConfigError, match=r"THUNDER_CORE_CPU_MEMORY: cpu_memory must be one of"):
+        thunder_core.jit(lambda a: a + 1)
