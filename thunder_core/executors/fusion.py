@@ -7,7 +7,7 @@ from collections.abc import Callable
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES
-from thunder_core.ir.symbols import BoundSymbol, Symbol, free_inputs, is_impure
+from thunder_core.ir.symbols import PYTHON, BoundSymbol, Symbol, free_inputs, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 
@@ -59,8 +59,47 @@ def torch_fallback(region) -> Callable:
     ).python_callable()
 
 
+def _pure(bsym: BoundSymbol) -> bool:
+    return not (is_impure(bsym) or any(is_impure(s) for s in bsym.subsymbols))
+
+
+def _shape_ops_read_by(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[str]) -> list[BoundSymbol]:
+    """The claims of ``run`` that ``bsym`` reads, with those they read in turn, in run order."""
+    producer = {p.name: b for b in run for p in b.flat_outputs()}
+    needed, stack = {}, [p.name for p in bsym.flat_args() if p.name in made_by_run]
+    while stack:
+        b = producer[stack.pop()]
+        if id(b) not in needed:
+            needed[id(b)] = b
+            stack.extend(p.name for p in b.flat_args() if p.name in producer)
+    return [b for b in run if id(b) in needed]
+
+
+def _ahead_of_run(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[str], executor):
+    """What can run before the open ``run`` when ``bsym`` (not claimed by it) is met: None when
+    the run must end first; else the run's claims to take out of it (often none) and ``bsym``.
+
+    Pure operations with no data between them run in either order, so an operation that reads
+    nothing the run computes moves ahead of it and the claims on both sides of it still form
+    one region, as in ``down(silu(gate(x)) * up(x))``, where the ``up`` matmul separates the
+    SiLU from the product that consumes it. When it reads only shape ops of the run (the
+    transposed weight a matmul takes), those leave the run with it: they cost nothing either way.
+    Nothing moves across an operation with an effect (in-place update, random draw, hook).
+    """
+    if bsym.symbol.has_tag(PYTHON) or not _pure(bsym) or not all(_pure(b) for b in run):
+        return None
+    taken = _shape_ops_read_by(bsym, run, made_by_run)
+    if taken and (len(taken) == len(run) or executor.region_weight(taken) != 0):
+        return None
+    return taken
+
+
 def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> Trace:
     """Replace each run of ``executor``'s claims by one compiled region.
+
+    A run stays open across operations of other executors that read nothing the run computes
+    (``_ahead_of_run``): those move ahead of it, so claims separated only by independent work
+    still fuse.
 
     Post: ``result.given_back`` maps the output names of claims that went back to torch to why.
     """
@@ -117,14 +156,27 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
             )
         run.clear()
 
+    made_by_run: set[str] = set()  # names the open run computes
     for i, bsym in enumerate(bsyms):
         if bsym.executor == executor.name and bsym.impl is None:
             if run and not executor.can_join(run, bsym):
                 flush(i)
+                made_by_run.clear()
             run.append(bsym)
-        else:
+            made_by_run.update(p.name for p in bsym.flat_outputs())
+            continue
+        taken = _ahead_of_run(bsym, run, made_by_run, executor) if run else None
+        if taken is None:
             flush(i)
-            result.append(bsym)
+            made_by_run.clear()
+        else:  # these run ahead of the open run, which goes on after them
+            for b in taken:
+                run.remove(b)
+                made_by_run.difference_update(p.name for p in b.flat_outputs())
+                for p in b.flat_outputs():
+                    given_back[p.name] = f"a shape op read outside {executor.name}'s region, run before it"
+                result.append(to_torch(b))
+        result.append(bsym)
     flush(len(bsyms))
     fused = trace.with_bound_symbols(result, trace.provenance)
     fused.given_back = given_back

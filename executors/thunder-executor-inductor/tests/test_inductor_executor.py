@@ -62,6 +62,41 @@ def test_a_region_of_two_computing_ops_is_compiled_but_one_op_and_views_are_not(
     assert "min_region_size" in report.declined["inductor"]
 
 
+def _forward_region_ops(jfn) -> list[list[str]]:
+    backward = thunder_core.last_backward_traces(jfn)
+    final = [t for t in thunder_core.last_traces(jfn) if t not in backward][-1]
+    return [[s.symbol.name for s in b.subsymbols] for b in final.bound_symbols if b.executor == "inductor"]
+
+
+def test_claims_separated_by_an_independent_matmul_form_one_region():
+    def llama_mlp(x, gate, up, down):  # transformers' LlamaMLP: the up matmul sits between SiLU and product
+        return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+
+    x = torch.randn(4, 8, 16, requires_grad=True)
+    weights = [torch.randn(32, 16, requires_grad=True), torch.randn(32, 16, requires_grad=True)]
+    weights.append(torch.randn(16, 32, requires_grad=True))
+    jfn = thunder_core.jit(llama_mlp, executors=["inductor"], select="priority")
+    out = jfn(x, *weights)
+    expected = llama_mlp(x, *weights)
+    torch.testing.assert_close(out, expected)
+    assert any({"silu", "mul"} <= set(ops) for ops in _forward_region_ops(jfn))
+    grads = torch.autograd.grad(out.sum(), [x, *weights])
+    torch.testing.assert_close(grads, torch.autograd.grad(expected.sum(), [x, *weights]))
+
+
+def test_nothing_moves_across_an_in_place_update():
+    def update_between(x, w, buffer):
+        gated = F.silu(x)
+        buffer.mul_(2)  # in eager the product below reads the doubled buffer
+        return (gated * (x @ w)) + buffer
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    buffer, reference = torch.ones(8, 8), torch.ones(8, 8)
+    jfn = thunder_core.jit(update_between, executors=["inductor"], select="priority")
+    torch.testing.assert_close(jfn(x, w, buffer), update_between(x, w, reference))
+    torch.testing.assert_close(buffer, reference)
+
+
 def test_a_region_called_with_other_strides_than_traced_gets_its_own_variant():
     def fn(x, y):
         return (x * 2 + y).exp()
