@@ -64,6 +64,7 @@ from thunder_core.jit.extension import ModuleExtension
 from thunder_core.ops import prims as _prims
 from thunder_core.ops.registry import TORCH_SYMBOLS as _TORCH_SYMBOLS
 from thunder_core.ops.registry import lookup as _lookup
+from thunder_core.ops.shapes import VIEW_OPS
 from thunder_core.plugins.errors import ConfigError
 from thunder_core.plugins.hookspecs import STAGES, Availability
 from thunder_core.plugins.probes import availability, cuda_device, library
@@ -102,6 +103,7 @@ __all__ = [
     "ThunderCoreError",
     "Trace",
     "TrainingTraces",
+    "VIEW_OPS",
     "WHOLE",
     "autocast_transform",
     "autograd_fallback",

@@ -50,13 +50,13 @@ def operations(bsyms: list[BoundSymbol]) -> str:
 
 
 def torch_fallback(region) -> Callable:
-    """The region's operations run by the torch executor, as one callable."""
-    from thunder_core.ir.trace import Trace as _Trace
+    """The region's operations run by the torch executor, as one callable that frees each
+    intermediate after its last use (as the program around it does)."""
+    from thunder_core.transforms.delete_last_used import delete_last_used
 
     bsyms = [to_torch(b) for b in region.bound_symbols]
-    return _Trace(
-        region.inputs, bsyms, tuple(region.outputs), function_name="torch_fallback"
-    ).python_callable()
+    trace = Trace(region.inputs, bsyms, tuple(region.outputs), function_name="torch_fallback")
+    return delete_last_used(trace).python_callable()
 
 
 def _pure(bsym: BoundSymbol) -> bool:

@@ -25,6 +25,7 @@ candidate could return a copy where it returns a view.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -34,8 +35,11 @@ from thunder_core.executors.base import FusionExecutor, OperatorExecutor
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
 from thunder_core.executors.fusion import operations, torch_fallback
 from thunder_core.executors.regions import Region, RegionNotSupported
+from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import INPLACE, PYTHON, BoundSymbol, is_impure
 from thunder_core.ir.trace import Trace
+from thunder_core.ops.shapes import VIEW_OPS
+from thunder_core.transforms.delete_last_used import delete_last_used
 
 SELECTIONS = ("measure", "priority")
 ROUND_BUDGET_S = 0.25  # time spent timing the candidates of one claim, after their warm-up runs
@@ -45,10 +49,12 @@ TORCH = "torch"
 
 @dataclass
 class Candidate:
-    """One way to run a claim: a label for ``explain`` and a factory compiling it."""
+    """One way to run a claim: a label for ``explain``, a factory compiling it, and the bytes it
+    holds at once while it runs (its outputs, plus the intermediates it materializes), when known."""
 
     name: str
     make: Callable[[], Callable]
+    held_bytes: int | None = None
 
 
 @dataclass
@@ -152,6 +158,47 @@ def _time_interleaved(ready: dict[str, Callable], args, kwargs) -> dict[str, flo
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def _bytes(proxy) -> int:
+    return math.prod(proxy.shape) * proxy.dtype.itemsize
+
+
+def held_bytes(bsyms: list[BoundSymbol], outputs) -> int | None:
+    """The most bytes ``bsyms`` hold at once when run one by one, each value freed after its last
+    use: what the torch executor (or a job claiming them op by op) allocates for them. View ops
+    allocate nothing. None when a size is not known."""
+    try:
+        last = {p.name: i for i, b in enumerate(bsyms) for p in b.flat_args()}
+        keep = {p.name for p in outputs}
+        live: dict[str, int] = {}
+        most = 0
+        for i, b in enumerate(bsyms):
+            if b.symbol.name not in VIEW_OPS:
+                live.update((p.name, _bytes(p)) for p in b.flat_outputs() if isinstance(p, TensorProxy))
+            most = max(most, sum(live.values()))
+            for name in [n for n in live if n not in keep and last.get(n, -1) <= i]:
+                del live[name]
+        return most
+    except (TypeError, AttributeError):  # symbolic or unknown sizes
+        return None
+
+
+def _fused_bytes(outputs) -> int | None:
+    """A fused region holds its outputs; its intermediates stay in registers and caches."""
+    try:
+        return sum(_bytes(p) for p in outputs if isinstance(p, TensorProxy))
+    except (TypeError, AttributeError):
+        return None
+
+
+def _within_memory(candidate: Candidate, claimed: Candidate) -> bool:
+    """An alternative that holds more than twice the claim's memory at once is not measured: a
+    little speed must not cost the job its memory (the claim at the peak of a training step
+    decides the step's peak)."""
+    if candidate.held_bytes is None or claimed.held_bytes is None:
+        return True
+    return candidate.held_bytes <= 2 * max(claimed.held_bytes, 1)
+
+
 def _accepts_all(executor, bsyms: list[BoundSymbol]) -> bool:
     return all(executor.check(b) is True for b in bsyms)
 
@@ -162,7 +209,8 @@ def _region_of(bsym: BoundSymbol) -> Region:
 
 def _torch_candidate(bsym: BoundSymbol, fused: bool) -> Candidate | None:
     if fused:
-        return Candidate(TORCH, lambda: torch_fallback(_region_of(bsym)))
+        held = held_bytes(list(bsym.subsymbols), bsym.flat_outputs())
+        return Candidate(TORCH, lambda: torch_fallback(_region_of(bsym)), held)
     if bsym.symbol.impl is None:
         return None
     return Candidate(TORCH, lambda: bsym.symbol.impl)  # called as the claimed implementation is
@@ -178,22 +226,25 @@ def _rest_of_job(bsym: BoundSymbol, others: list, claim: Callable) -> Candidate 
 
     def make() -> Callable:
         trace = Trace(inputs, ops, bsym.output, function_name="rest_of_job")
-        return claim(trace, others).python_callable()
+        return delete_last_used(claim(trace, others)).python_callable()
 
-    return Candidate("+".join(e.name for e in others), make)
+    return Candidate("+".join(e.name for e in others), make, held_bytes(ops, bsym.flat_outputs()))
 
 
 def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> list[Candidate]:
     fused = isinstance(owner, FusionExecutor)
     claimed = bsym.impl.fn if isinstance(bsym.impl, FirstCall) else bsym.impl
-    candidates = [Candidate(owner.name, lambda: claimed)]
+    outputs = bsym.flat_outputs()
+    candidates = [Candidate(owner.name, lambda: claimed, _fused_bytes(outputs) if fused else None)]
     ops = list(bsym.subsymbols) if fused else [bsym.replace(impl=None, executor=None)]
     region = _region_of(bsym) if fused else None
     for other in executors:
         if other is owner or other.name == TORCH:
             continue
         if isinstance(other, FusionExecutor) and fused and _accepts_all(other, ops):
-            candidates.append(Candidate(other.name, lambda c=other.compile_region: c(region)))
+            candidates.append(
+                Candidate(other.name, lambda c=other.compile_region: c(region), _fused_bytes(outputs))
+            )
         elif isinstance(other, OperatorExecutor) and not fused and _accepts_all(other, ops):
             candidates.append(Candidate(other.name, lambda other=other: other.claimed(ops[0]).impl))
     if fused:
@@ -202,7 +253,8 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
         if rest is not None and rest.name != TORCH:
             candidates.append(rest)
     torch_candidate = _torch_candidate(bsym, fused)
-    return candidates + ([torch_candidate] if torch_candidate is not None else [])
+    candidates += [torch_candidate] if torch_candidate is not None else []
+    return [candidates[0]] + [c for c in candidates[1:] if _within_memory(c, candidates[0])]
 
 
 def _updated_later(trace: Trace) -> Callable[[BoundSymbol], bool]:

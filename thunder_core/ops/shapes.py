@@ -21,6 +21,16 @@ from thunder_core.ops.registry import register_torch_op
 
 T = torch.Tensor
 
+VIEW_OPS = frozenset(
+    {
+        "reshape", "view", "permute", "transpose", "t", "expand", "expand_as", "unsqueeze", "squeeze",
+        "broadcast_in_dim", "slice", "getitem", "narrow", "flatten", "unflatten",
+        "split", "chunk", "unbind", "movedim", "view_as", "reshape_as",
+    }
+)  # fmt: skip
+"""Names of the torch-level ops and prims that describe a view of their input: they allocate
+nothing (``reshape`` can copy a non-contiguous input) and compute nothing."""
+
 
 def _sizes(args) -> tuple:
     """``view(2, 3)`` and ``view((2, 3))`` both mean (2, 3)."""

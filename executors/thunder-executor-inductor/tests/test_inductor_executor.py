@@ -132,6 +132,21 @@ def test_litgpt_training_step_measured_against_numba_and_torch_matches_eager():
     check_litgpt_training(["inductor", "numba"], select="measure")
 
 
+def test_torch_is_not_measured_where_it_would_hold_much_more_memory_than_the_region():
+    def row_energy(x):  # op by op: two full-size intermediates for one value per row
+        return (x.exp() * 2).sum(-1)
+
+    def small(x):  # op by op: about what the fused region writes
+        return x.exp() * 2
+
+    x = torch.randn(64, 512)
+    for fn, torch_measured in ((row_energy, False), (small, True)):
+        jfn = thunder_core.jit(fn, executors=["inductor"], select="measure")
+        torch.testing.assert_close(jfn(x), fn(x))
+        note = thunder_core.explain(jfn).for_symbol("torch.exp")[0].note
+        assert ("measured" in note) is torch_measured, (fn.__name__, note)
+
+
 def test_inductor_options_reach_the_compiler():
     def fn(x):
         return torch.sin(x) * 2 + 1

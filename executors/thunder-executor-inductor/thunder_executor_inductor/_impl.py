@@ -27,6 +27,7 @@ from thunder_core.extend import (
     INPLACE,
     OPAQUE,
     RANDOM,
+    VIEW_OPS,
     TensorProxy,
     leaves,
     prim_symbols,
@@ -35,14 +36,6 @@ from thunder_core.extend import (
 
 # Kernels Inductor calls as external libraries: fusing around them buys nothing here.
 EXTERNAL = {"matmul", "mm", "bmm", "linear", "scaled_dot_product_attention", "embedding", "cross_entropy"}
-# Ops that only describe a view: free inside a region, so they do not make one worth compiling.
-VIEWS = frozenset(
-    {
-        "reshape", "view", "permute", "transpose", "t", "expand", "expand_as", "unsqueeze", "squeeze",
-        "broadcast_in_dim", "slice", "getitem", "narrow", "flatten", "unflatten",
-        "split", "chunk", "unbind", "movedim", "view_as", "reshape_as",
-    }
-)  # fmt: skip
 
 
 def _signature(region) -> tuple:
@@ -132,7 +125,7 @@ class InductorExecutor(FusionExecutor):
         """Operations that compute something: views alone never make a region worth compiling."""
         if self.regions == "maximal" and any(b.symbol.name in EXTERNAL for b in region):
             return 1 << 30
-        return sum(1 for b in region if b.symbol.name not in VIEWS)
+        return sum(1 for b in region if b.symbol.name not in VIEW_OPS)
 
     def compile_region(self, region):
         self._warm_up.join()
