@@ -4,7 +4,8 @@ torch.compile runs with its default backend (Inductor) and with ``backend="thund
 ``thunder_core[...]/checkpoint`` adds the activation-checkpointing plugin (policy ``blocks``).
 
 For each backend, in its own process: the first call (wrapping the model, capture/compile
-and one step; compile caches on disk as earlier runs left them), the median step time, and
+and one step; compile caches on disk as earlier runs left them), the median step time, the
+page faults per step while timing (memory the C library gave back and had to map again), and
 the peak memory one step adds. Ratios are against eager measured in the same run.
 
     python benchmarks/training_step.py            # all backends
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -95,8 +97,16 @@ def measure(backend: str, steps: int, what: str, name: str = "litgpt") -> dict:
     if what == "memory":
         step()
         return {"peak_bytes": peak_memory_bytes(step)}
+    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step_time = median_seconds(step, repeats=steps)
-    return {"backend": backend, "first_call_s": first_call, "step_s": step_time, "loss": loss}
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / (steps + 2)
+    return {
+        "backend": backend,
+        "first_call_s": first_call,
+        "step_s": step_time,
+        "loss": loss,
+        "faults_per_step": faults,
+    }
 
 
 def matmul_floor(name: str = "litgpt") -> dict:
@@ -183,6 +193,7 @@ def main() -> None:
             "step_s": statistics.median(r["step_s"] for r in runs[b]),
             "rounds_s": [r["step_s"] for r in runs[b]],
             "first_call_s": statistics.median(r["first_call_s"] for r in runs[b]),
+            "faults_per_step": statistics.median(r["faults_per_step"] for r in runs[b]),
             "loss": runs[b][0]["loss"],
         }
         results[b].update(
@@ -211,13 +222,14 @@ def main() -> None:
     cold_header = f" {'cold first s':>13s}" if args.cold else ""
     print(
         f"{'backend':30s} {'step ms':>8s} {'vs eager':>9s} {'vs floor':>9s} {'first call s':>13s} "
-        f"{'peak MB':>8s}{cold_header}"
+        f"{'peak MB':>8s} {'faults/step':>12s}{cold_header}"
     )
     for name, r in results.items():
         cold = f" {r['cold_first_call_s']:13.2f}" if args.cold else ""
         print(
             f"{name:30s} {r['step_s'] * 1e3:8.1f} {r['step_s'] / eager['step_s']:8.2f}x "
-            f"{r['step_s'] / floor['floor_s']:8.2f}x {r['first_call_s']:13.2f} {r['peak_bytes'] / 2**20:8.1f}{cold}"
+            f"{r['step_s'] / floor['floor_s']:8.2f}x {r['first_call_s']:13.2f} {r['peak_bytes'] / 2**20:8.1f} "
+            f"{r['faults_per_step']:12.0f}{cold}"
         )
     print("step ms per round (the spread):")
     for name, r in results.items():
