@@ -209,3 +209,31 @@ def test_the_trace_shows_the_hook():
     jfn(torch.randn(2, requires_grad=True))
     (forward,) = [t for t in thunder_core.last_traces(jfn) if t.function_name == "forward"][-1:]
     assert "torch.Tensor.register_hook(x, _" in str(forward)
+
+
+@torch.library.custom_op("thunder_core_tests::double_and_total", mutates_args=("x",))
+def _double_and_total(x: torch.Tensor) -> torch.Tensor:
+    """A custom op that doubles its input in place and returns the new total."""
+    x.mul_(2)
+    return x.sum().reshape(1)
+
+
+@_double_and_total.register_fake
+def _(x):
+    return x.new_empty(1)
+
+
+def test_an_opaque_op_whose_schema_mutates_its_input_is_kept_in_order():
+    """A name without a trailing underscore, but ``mutates_args`` in its schema: the update is
+    neither dropped (its result is unused) nor moved, and later reads see the doubled tensor."""
+
+    def update_then_read(x):
+        _double_and_total(x)
+        return x * 2
+
+    x, reference = torch.ones(3), torch.ones(3)
+    jfn = thunder_core.jit(update_then_read)
+    torch.testing.assert_close(jfn(x), update_then_read(reference))
+    torch.testing.assert_close(x, reference)
+    torch.testing.assert_close(jfn(x), update_then_read(reference))  # the cached program too
+    torch.testing.assert_close(x, reference)

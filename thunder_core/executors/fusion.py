@@ -7,7 +7,7 @@ from collections.abc import Callable
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES
-from thunder_core.ir.symbols import PYTHON, BoundSymbol, Symbol, free_inputs, is_impure
+from thunder_core.ir.symbols import OPAQUE, PYTHON, BoundSymbol, Symbol, free_inputs, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 
@@ -84,9 +84,12 @@ def _ahead_of_run(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[st
     one region, as in ``down(silu(gate(x)) * up(x))``, where the ``up`` matmul separates the
     SiLU from the product that consumes it. When it reads only shape ops of the run (the
     transposed weight a matmul takes), those leave the run with it: they cost nothing either way.
-    Nothing moves across an operation with an effect (in-place update, random draw, hook).
+    Nothing moves across an operation with an effect (in-place update, random draw, hook), and
+    opaque torch calls (whose effects are unknown) stay where they are.
     """
-    if bsym.symbol.has_tag(PYTHON) or not _pure(bsym) or not all(_pure(b) for b in run):
+    if bsym.symbol.has_tag(PYTHON) or bsym.symbol.has_tag(OPAQUE):  # an opaque call's effects are unknown
+        return None
+    if not _pure(bsym) or not all(_pure(b) for b in run):
         return None
     taken = _shape_ops_read_by(bsym, run, made_by_run)
     if taken and (len(taken) == len(run) or executor.region_weight(taken) != 0):

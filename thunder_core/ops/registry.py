@@ -104,7 +104,23 @@ def _is_inplace(fn, kwargs) -> bool:
         return True
     if name.endswith("_") and not name.endswith("__"):
         return True
-    return kwargs.get("out") is not None
+    return kwargs.get("out") is not None or _schema_mutates(fn)
+
+
+def _schema_mutates(fn) -> bool:
+    """Whether an operator's schema says it writes to an argument (``Tensor(a!)``): custom ops
+    declared with ``torch.library.custom_op(..., mutates_args=...)`` and ATen's mutating ops,
+    whatever their names."""
+    try:
+        schema = getattr(fn, "_schema", None)
+        if schema is not None:
+            return bool(schema.is_mutable)
+        overloads = getattr(fn, "overloads", None)  # an OpOverloadPacket: any of its overloads
+        if callable(overloads):
+            return any(getattr(fn, name)._schema.is_mutable for name in overloads())
+    except (AttributeError, RuntimeError, TypeError):
+        pass
+    return False
 
 
 # Torch callables without a symbol of their own that draw random numbers: recorded as opaque calls
