@@ -7,9 +7,18 @@ from collections.abc import Callable
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES
-from thunder_core.ir.symbols import OPAQUE, PYTHON, BoundSymbol, Symbol, free_inputs, is_impure
+from thunder_core.ir.symbols import (
+    AUTOGRAD_FALLBACK,
+    OPAQUE,
+    PYTHON,
+    BoundSymbol,
+    Symbol,
+    free_inputs,
+    is_impure,
+)
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
+from thunder_core.ops.shapes import VIEW_OPS
 
 TORCH = "torch"  # the executor that takes back what a fusion executor gives back
 
@@ -75,21 +84,26 @@ def _shape_ops_read_by(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: s
     return [b for b in run if id(b) in needed]
 
 
+# What may move ahead of an open run: matmuls and views, which only read their arguments. Other
+# operations may write to theirs without a tag saying so (batch_norm's running statistics in
+# training, embedding's max_norm renormalization), so they stay where they are.
+MOVABLE = frozenset({"matmul", "mm", "bmm", "linear"}) | VIEW_OPS
+
+
 def _ahead_of_run(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[str], executor):
     """What can run before the open ``run`` when ``bsym`` (not claimed by it) is met: None when
     the run must end first; else the run's claims to take out of it (often none) and ``bsym``.
 
-    Pure operations with no data between them run in either order, so an operation that reads
-    nothing the run computes moves ahead of it and the claims on both sides of it still form
-    one region, as in ``down(silu(gate(x)) * up(x))``, where the ``up`` matmul separates the
-    SiLU from the product that consumes it. When it reads only shape ops of the run (the
-    transposed weight a matmul takes), those leave the run with it: they cost nothing either way.
-    Nothing moves across an operation with an effect (in-place update, random draw, hook), and
-    opaque torch calls (whose effects are unknown) stay where they are.
+    A matmul or a view that reads nothing the run computes moves ahead of it, and the claims on
+    both sides of it still form one region, as in ``down(silu(gate(x)) * up(x))``, where the
+    ``up`` matmul separates the SiLU from the product that consumes it. When it reads only shape
+    ops of the run (the transposed weight a matmul takes), those leave the run with it: they
+    cost nothing either way. Nothing else moves, and nothing moves across a run with an
+    operation that has an effect (in-place update, random draw, hook).
     """
-    if bsym.symbol.has_tag(PYTHON) or bsym.symbol.has_tag(OPAQUE):  # an opaque call's effects are unknown
+    if bsym.symbol.name not in MOVABLE or bsym.symbol.has_tag(PYTHON) or bsym.symbol.has_tag(OPAQUE):
         return None
-    if not _pure(bsym) or not all(_pure(b) for b in run):
+    if bsym.symbol.has_tag(AUTOGRAD_FALLBACK) or not _pure(bsym) or not all(_pure(b) for b in run):
         return None
     taken = _shape_ops_read_by(bsym, run, made_by_run)
     if taken and (len(taken) == len(run) or executor.region_weight(taken) != 0):
@@ -100,9 +114,9 @@ def _ahead_of_run(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[st
 def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> Trace:
     """Replace each run of ``executor``'s claims by one compiled region.
 
-    A run stays open across operations of other executors that read nothing the run computes
-    (``_ahead_of_run``): those move ahead of it, so claims separated only by independent work
-    still fuse.
+    A run stays open across matmuls and views that read nothing the run computes
+    (``_ahead_of_run``): those move ahead of it, so claims separated only by an independent
+    matmul still fuse.
 
     Post: ``result.given_back`` maps the output names of claims that went back to torch to why.
     """

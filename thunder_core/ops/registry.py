@@ -115,9 +115,9 @@ def _schema_mutates(fn) -> bool:
         schema = getattr(fn, "_schema", None)
         if schema is not None:
             return bool(schema.is_mutable)
-        overloads = getattr(fn, "overloads", None)  # an OpOverloadPacket: any of its overloads
-        if callable(overloads):
-            return any(getattr(fn, name)._schema.is_mutable for name in overloads())
+        default = getattr(fn, "default", None)  # an OpOverloadPacket called as is runs .default
+        if default is not None and hasattr(default, "_schema"):
+            return bool(default._schema.is_mutable)
     except (AttributeError, RuntimeError, TypeError):
         pass
     return False

@@ -86,7 +86,7 @@ def test_claims_separated_by_an_independent_matmul_form_one_region():
 
 def test_nothing_moves_across_an_in_place_update():
     def update_between(x, w, buffer):
-        gated = F.silu(x)
+        gated = F.silu(buffer)  # reads the buffer before it is doubled
         buffer.mul_(2)  # in eager the product below reads the doubled buffer
         return (gated * (x @ w)) + buffer
 
@@ -213,4 +213,21 @@ def test_an_opaque_call_between_claims_stays_where_it_is():
     mine, reference = x.clone(), x.clone()
     jfn = thunder_core.jit(update_between, executors=["inductor"], select="priority")
     torch.testing.assert_close(jfn(mine, w), update_between(reference, w))
+    torch.testing.assert_close(mine, reference)
+
+
+def test_batch_norm_running_statistics_beside_regions_equal_eager():
+    """batch_norm in training updates its running statistics in place; claims read them before
+    and after the update."""
+
+    def stats_before_and_after(x, running_mean, running_var):
+        before = (running_mean * 2).exp()
+        y = F.batch_norm(x, running_mean, running_var, training=True)
+        return before + y.mean(0) + running_mean
+
+    x = torch.randn(4, 3)
+    mine = (torch.zeros(3), torch.ones(3))
+    reference = (torch.zeros(3), torch.ones(3))
+    jfn = thunder_core.jit(stats_before_and_after, executors=["inductor"], select="priority")
+    torch.testing.assert_close(jfn(x, *mine), stats_before_and_after(x, *reference))
     torch.testing.assert_close(mine, reference)

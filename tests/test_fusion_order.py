@@ -1,0 +1,58 @@
+"""What may move ahead of an open run of a fusion executor's claims, checked on the run itself.
+
+A throwaway fusion executor claims a few elementwise ops; the trace is claimed and run
+directly, against eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from thunder_core import FusionExecutor
+from thunder_core.capture.capture import capture
+from thunder_core.executors import torch_executor
+from thunder_core.executors.claiming import assign_executors
+
+
+class TraceRegions(FusionExecutor):
+    """Runs each region as the trace of its operations."""
+
+    def compile_region(self, region):
+        return region.as_trace("region").python_callable()
+
+
+def _claimed(fn, args):
+    executor = TraceRegions("trace_regions")
+    for name in ("add", "mul", "exp", "mean", "silu"):
+        executor.register_supported(name)
+    names = [f"a{i}" for i in range(len(args))]
+    trace, _ = capture(fn, args, {}, positional_names=names)
+    return assign_executors(trace, [executor, torch_executor.executor])
+
+
+def test_an_independent_matmul_moves_ahead_and_the_claims_around_it_fuse():
+    def mlp(x, gate, up):
+        return F.silu(x @ gate) * (x @ up)
+
+    args = (torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8))
+    claimed = _claimed(mlp, args)
+    regions = [b for b in claimed.bound_symbols if b.executor == "trace_regions"]
+    assert len(regions) == 1 and {"silu", "mul"} <= {s.symbol.name for s in regions[0].subsymbols}
+    torch.testing.assert_close(claimed.python_callable()(*args), mlp(*args))
+
+
+def test_an_update_no_tag_announces_is_not_moved():
+    """batch_norm in training updates its running statistics, an effect its symbol does not
+    carry: the claims that read the old statistics run before it."""
+
+    def stats_before_and_after(x, running_mean, running_var):
+        before = (running_mean * 2).exp()
+        y = F.batch_norm(x, running_mean, running_var, training=True)
+        return before + y.mean(0)
+
+    x = torch.randn(4, 3)
+    claimed = _claimed(stats_before_and_after, (x, torch.zeros(3), torch.ones(3)))
+    mine, reference = (torch.zeros(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))
+    torch.testing.assert_close(claimed.python_callable()(x, *mine), stats_before_and_after(x, *reference))
+    torch.testing.assert_close(mine, reference)
