@@ -25,7 +25,6 @@ import os
 import platform
 import threading
 
-MODES = ("keep", "release")
 # glibc's malloc.h
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

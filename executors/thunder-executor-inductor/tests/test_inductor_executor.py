@@ -191,31 +191,6 @@ def test_a_region_whose_output_is_updated_in_place_later_is_not_measured():
     assert "measured" not in window_report.note, window_report.note
 
 
-@torch.library.custom_op("thunder_inductor_tests::double_and_total", mutates_args=("x",))
-def _double_and_total(x: torch.Tensor) -> torch.Tensor:
-    """A custom op that doubles its input in place and returns the new total."""
-    x.mul_(2)
-    return x.sum().reshape(1)
-
-
-@_double_and_total.register_fake
-def _(x):
-    return x.new_empty(1)
-
-
-def test_an_opaque_call_between_claims_stays_where_it_is():
-    def update_between(x, w):
-        gated = F.silu(x)  # reads x before the custom op doubles it
-        total = _double_and_total(x)
-        return gated * (x @ w) + total
-
-    x, w = torch.randn(8, 8), torch.randn(8, 8)
-    mine, reference = x.clone(), x.clone()
-    jfn = thunder_core.jit(update_between, executors=["inductor"], select="priority")
-    torch.testing.assert_close(jfn(mine, w), update_between(reference, w))
-    torch.testing.assert_close(mine, reference)
-
-
 def test_batch_norm_running_statistics_beside_regions_equal_eager():
     """batch_norm in training updates its running statistics in place; claims read them before
     and after the update."""
