@@ -2,7 +2,7 @@
 
 The policy is process-wide, so each case runs in a fresh interpreter: it jits a function on
 CPU tensors, then allocates and frees ten 4 MiB tensors several times and counts the page
-faults those rounds cost (glibc's default trims the freed heap and every round faults again).
+faults those rounds cost against a fixed mmap threshold, under which every round faults again.
 """
 
 from __future__ import annotations
@@ -59,16 +59,14 @@ def test_freed_memory_is_kept_for_reuse_by_default():
     released = _run(THUNDER_CORE_CPU_MEMORY="release")
     assert any("kept for reuse" in note for note in kept["notes"])
     assert not any(note.startswith("cpu memory") for note in released["notes"])
-    # 5 rounds of 40 MiB: glibc's default faults every page again (about 50,000 faults here).
-    assert released["faults"] > 5_000
-    assert kept["faults"] < released["faults"] / 20
-
-
-@glibc_only
-def test_the_users_own_malloc_settings_win():
-    result = _run(MALLOC_TOP_PAD_="0")
-    assert any("left as MALLOC_TOP_PAD_ configures it" in note for note in result["notes"])
-    assert result["faults"] > 5_000
+    # How many faults glibc's default costs depends on its adaptive thresholds and the heap's
+    # layout (tens of thousands on one machine, about a thousand on another); a fixed threshold
+    # unmaps every 4 MiB block on free, so 5 rounds fault each page again (about 51,000 faults).
+    # It is also the user's own malloc setting, which the policy leaves alone.
+    returned = _run(MALLOC_MMAP_THRESHOLD_="131072")
+    assert any("left as MALLOC_MMAP_THRESHOLD_ configures it" in note for note in returned["notes"])
+    assert returned["faults"] > 5_000
+    assert kept["faults"] < returned["faults"] / 20
 
 
 def test_a_wrong_cpu_memory_value_names_the_choices(monkeypatch):

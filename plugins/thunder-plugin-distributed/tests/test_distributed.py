@@ -8,6 +8,7 @@ and compares it with eager PyTorch training over the whole global batch in this 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -249,3 +250,20 @@ def test_the_example_script_runs_under_torchrun_with_the_plugin_from_the_environ
     assert "step 1: loss" in done.stdout
     held = [line for line in done.stdout.splitlines() if "parameters held" in line]
     assert len(held) == 2 and all("plugins ['fsdp']" in line for line in held)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc (Linux)")
+def test_a_destroyed_group_is_freed_before_the_interpreter_ends(tmp_path):
+    """torch.distributed.nn imported after init keeps the destroyed default group (and gloo's
+    threads) alive into interpreter finalization, where a thread can abort the process; the
+    plugins' exit hook frees it while the interpreter is whole."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "THUNDER_CORE_NO_AUTOLOAD": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+        "--master-port", str(_free_port()), str(HERE / "teardown_worker.py"), str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    for rank in range(2):
+        threads = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert threads["after_exit_hooks"] == [], threads

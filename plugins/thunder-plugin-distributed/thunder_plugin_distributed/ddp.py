@@ -17,6 +17,7 @@ from torch import nn
 from thunder_core.extend import ModuleExtension, TensorProxy
 from thunder_plugin_distributed.collectives import ddp_synchronize, group_of, register_group
 from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
+from thunder_plugin_distributed.teardown import release_at_exit
 
 
 class DDPExtension(ModuleExtension):
@@ -97,6 +98,7 @@ def ddp_transform(module: nn.Module, options: dict) -> DDPExtension:
     """Broadcast the first rank's parameters and buffers; gradients are averaged in the backward."""
     claim_module(module, "ddp")
     group = register_group(None)
+    release_at_exit()
     if options["broadcast"]:
         broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
     return DDPExtension(module, group, options["bucket_size_mb"])

@@ -29,6 +29,7 @@ from thunder_plugin_distributed.collectives import (
     world_size,
 )
 from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
+from thunder_plugin_distributed.teardown import release_at_exit
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ def fsdp_transform(module: nn.Module, options: dict) -> FSDPExtension:
         raise ConfigError(f"fsdp: option zero must be 2 or 3, got {zero}")
     claim_module(module, "fsdp")
     group = register_group(None)
+    release_at_exit()
     size, me = world_size(group), rank(group)
     if options["broadcast"]:
         broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))

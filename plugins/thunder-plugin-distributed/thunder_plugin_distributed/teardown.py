@@ -1,0 +1,54 @@
+"""A clean exit for gloo jobs: free a destroyed default process group before the interpreter ends.
+
+``torch.distributed.nn.functional`` binds ``group.WORLD`` as a default argument when it is
+imported. Imported after ``init_process_group`` (``torch._dynamo`` and Lightning import it, so
+any later ``torch.compile`` or Inductor region does), its functions keep the default process
+group alive after ``destroy_process_group()``: gloo's worker threads then run into interpreter
+finalization, and a thread releasing a finished collective's tensors there cannot take the GIL
+and aborts the process ("terminate called without an active exception", exit code -6) — at
+random, more often on a loaded machine.
+
+``release_at_exit()`` registers, once per process, an ``atexit`` hook that drops those stale
+defaults (restoring what importing before ``init_process_group`` gives: ``None``, the default
+group) so the destroyed group is freed and its threads joined while the interpreter is whole.
+A group still initialized at exit is left alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+
+import torch.distributed as dist
+
+_lock = threading.Lock()
+_registered = False
+
+
+def release_at_exit() -> None:
+    """Register ``release_destroyed_groups`` to run at interpreter exit (once per process)."""
+    global _registered
+    with _lock:
+        if not _registered:
+            atexit.register(release_destroyed_groups)
+            _registered = True
+
+
+def release_destroyed_groups() -> int:
+    """Drop default arguments that hold a process group no longer initialized; returns how many."""
+    functional = sys.modules.get("torch.distributed.nn.functional")
+    if functional is None:
+        return 0
+    current = dist.group.WORLD if dist.is_initialized() else None
+
+    def stale(value) -> bool:
+        return isinstance(value, dist.ProcessGroup) and value is not current
+
+    dropped = 0
+    for function in list(vars(functional).values()):
+        defaults = getattr(function, "__defaults__", None)
+        if defaults and any(stale(value) for value in defaults):
+            function.__defaults__ = tuple(None if stale(value) else value for value in defaults)
+            dropped += 1
+    return dropped
