@@ -178,6 +178,8 @@ def main() -> None:
     from measure import run_isolated
 
     backends = [b for b in args.backends.split(",") if b]
+    if "eager" not in backends:  # every ratio is against eager measured in the same run
+        backends.insert(0, "eager")
     floors = []
     runs: dict[str, list[dict]] = {b: [] for b in backends}
     for _ in range(args.rounds):  # interleaved, so that machine noise hits every backend alike

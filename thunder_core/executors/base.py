@@ -210,6 +210,16 @@ class FusionExecutor(Executor):
         """Compile one region into a callable taking ``region.inputs`` and returning ``region.outputs``."""
         raise NotImplementedError
 
+    def finer_variant(self) -> tuple[str, FusionExecutor] | None:
+        """The same compiler claiming smaller regions, with a label for ``explain``; None by default.
+
+        An executor that claims large regions (whole stretches of the program, matmuls
+        included) returns the variant claiming only what it fuses, so that measured selection
+        times each large region against the finer claims plus the rest of the job on the same
+        operations: claiming large never loses what the finer claims would have won.
+        """
+        return None
+
     def fusion_pass(self, trace: Trace, options: dict | None = None) -> Trace:
         """Replace each maximal run of this executor's claimed bound symbols by one fused call.
 

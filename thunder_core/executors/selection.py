@@ -216,8 +216,13 @@ def _torch_candidate(bsym: BoundSymbol, fused: bool) -> Candidate | None:
     return Candidate(TORCH, lambda: bsym.symbol.impl)  # called as the claimed implementation is
 
 
-def _rest_of_job(bsym: BoundSymbol, others: list, claim: Callable) -> Candidate | None:
-    """The claim's operations claimed by the job's other executors (``claim``), as one callable."""
+def _rest_of_job(
+    bsym: BoundSymbol, others: list, claim: Callable, labels: dict[int, str] | None = None
+) -> Candidate | None:
+    """The claim's operations claimed by the job's other executors (``claim``), as one callable.
+
+    ``labels`` names some of ``others`` in ``explain`` (by ``id``; default: the executor's name).
+    """
     fusion_or_operator = [e for e in others if e.name != TORCH]
     ops = list(bsym.subsymbols)
     if not any(e.check(b) is True for e in fusion_or_operator for b in ops):
@@ -228,7 +233,8 @@ def _rest_of_job(bsym: BoundSymbol, others: list, claim: Callable) -> Candidate 
         trace = Trace(inputs, ops, bsym.output, function_name="rest_of_job")
         return delete_last_used(claim(trace, others)).python_callable()
 
-    return Candidate("+".join(e.name for e in others), make, held_bytes(ops, bsym.flat_outputs()))
+    name = "+".join((labels or {}).get(id(e), e.name) for e in others)
+    return Candidate(name, make, held_bytes(ops, bsym.flat_outputs()))
 
 
 def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> list[Candidate]:
@@ -249,7 +255,13 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
             candidates.append(Candidate(other.name, lambda other=other: other.claimed(ops[0]).impl))
     if fused:
         others = [e for e in executors if e is not owner and e.name not in {c.name for c in candidates}]
-        rest = _rest_of_job(bsym, others, claim)
+        labels = {}
+        finer = owner.finer_variant()
+        if finer is not None:
+            label, variant = finer
+            others.insert(0, variant)
+            labels[id(variant)] = label
+        rest = _rest_of_job(bsym, others, claim, labels)
         if rest is not None and rest.name != TORCH:
             candidates.append(rest)
     torch_candidate = _torch_candidate(bsym, fused)

@@ -132,6 +132,22 @@ def test_litgpt_training_step_measured_against_numba_and_torch_matches_eager():
     check_litgpt_training(["inductor", "numba"], select="measure")
 
 
+def test_a_maximal_region_is_measured_against_fusion_regions_and_the_rest_of_the_job():
+    x, w = torch.randn(8, 32), torch.randn(32, 32)
+    jfn = thunder_core.jit(block, executors=["inductor"], options=MAXIMAL, select="measure")
+    torch.testing.assert_close(jfn(x, w), block(x, w))
+    (region,) = [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"]
+    timed = region.impl.selection.seconds  # every candidate compiled, ran and was timed
+    assert set(timed) == {"inductor", "inductor(fusion)+torch", "torch"}, timed
+    note = thunder_core.explain(jfn).for_symbol("torch.matmul")[0].note
+    assert "inductor(fusion)+torch" in note
+    torch.testing.assert_close(jfn(x, w), block(x, w))  # whichever was kept
+
+
+def test_litgpt_training_step_with_measured_maximal_regions_matches_eager():
+    check_litgpt_training(["inductor", "numba"], options=MAXIMAL, select="measure")
+
+
 def test_torch_is_not_measured_where_it_would_hold_much_more_memory_than_the_region():
     def row_energy(x):  # op by op: two full-size intermediates for one value per row
         return (x.exp() * 2).sum(-1)

@@ -108,6 +108,12 @@ class InductorExecutor(FusionExecutor):
             self._variants[key] = InductorExecutor(regions, inductor_options, warm_up=self._warm_up)
         return self._variants[key]
 
+    def finer_variant(self):
+        """Maximal regions are measured against fusion regions plus the rest of the job."""
+        if self.regions != "maximal":
+            return None
+        return "inductor(fusion)", self.with_options({"regions": "fusion", **self.inductor_options})
+
     def check(self, bsym):
         verdict = super().check(bsym)
         if verdict is not True:
