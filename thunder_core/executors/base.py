@@ -216,7 +216,8 @@ class FusionExecutor(Executor):
         An executor that claims large regions (whole stretches of the program, matmuls
         included) returns the variant claiming only what it fuses, so that measured selection
         times each large region against the finer claims plus the rest of the job on the same
-        operations: claiming large never loses what the finer claims would have won.
+        operations (unless those would hold more than twice the region's memory). The variant
+        shares this executor's name and options; its own ``finer_variant()`` must return None.
         """
         return None
 

@@ -257,9 +257,10 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
         others = [e for e in executors if e is not owner and e.name not in {c.name for c in candidates}]
         labels = {}
         finer = owner.finer_variant()
-        if finer is not None:
-            label, variant = finer
-            others.insert(0, variant)
+        if finer is not None and finer[1] is not owner and finer[1].finer_variant() is None:
+            label, variant = finer  # one level: the variant's own regions are not refined again
+            ahead = executors[: executors.index(owner)]
+            others.insert(sum(e in ahead for e in others), variant)  # in the owner's place
             labels[id(variant)] = label
         rest = _rest_of_job(bsym, others, claim, labels)
         if rest is not None and rest.name != TORCH:

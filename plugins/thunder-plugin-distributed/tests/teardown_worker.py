@@ -20,7 +20,13 @@ import thunder_core
 
 
 def gloo_threads() -> list[str]:
-    names = (open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task"))
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except FileNotFoundError:  # the thread ended since the listing
+            continue
     return sorted(name for name in names if "gloo" in name)
 
 

@@ -266,4 +266,6 @@ def test_a_destroyed_group_is_freed_before_the_interpreter_ends(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     for rank in range(2):
         threads = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        if not threads["after_destroy"]:
+            pytest.skip("this torch frees the destroyed group itself: nothing to release")
         assert threads["after_exit_hooks"] == [], threads

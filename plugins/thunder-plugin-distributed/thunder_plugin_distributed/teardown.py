@@ -11,7 +11,6 @@ random, more often on a loaded machine.
 ``release_at_exit()`` registers, once per process, an ``atexit`` hook that drops those stale
 defaults (restoring what importing before ``init_process_group`` gives: ``None``, the default
 group) so the destroyed group is freed and its threads joined while the interpreter is whole.
-A group still initialized at exit is left alone.
 """
 
 from __future__ import annotations
@@ -36,14 +35,18 @@ def release_at_exit() -> None:
 
 
 def release_destroyed_groups() -> int:
-    """Drop default arguments that hold a process group no longer initialized; returns how many."""
+    """Replace default arguments that hold a process group by None; returns how many functions changed.
+
+    None means the default group when the function is called, which is what those defaults
+    are; a group still initialized stays alive through torch.distributed itself, and one
+    destroyed later (by another exit hook) is then freed.
+    """
     functional = sys.modules.get("torch.distributed.nn.functional")
     if functional is None:
         return 0
-    current = dist.group.WORLD if dist.is_initialized() else None
 
     def stale(value) -> bool:
-        return isinstance(value, dist.ProcessGroup) and value is not current
+        return isinstance(value, dist.ProcessGroup)
 
     dropped = 0
     for function in list(vars(functional).values()):
