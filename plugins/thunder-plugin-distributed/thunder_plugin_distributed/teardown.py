@@ -26,16 +26,16 @@ _registered = False
 
 
 def release_at_exit() -> None:
-    """Register ``release_destroyed_groups`` to run at interpreter exit (once per process)."""
+    """Register ``drop_group_defaults`` to run at interpreter exit (once per process)."""
     global _registered
     with _lock:
         if not _registered:
-            atexit.register(release_destroyed_groups)
+            atexit.register(drop_group_defaults)
             _registered = True
 
 
-def release_destroyed_groups() -> int:
-    """Replace default arguments that hold a process group by None; returns how many functions changed.
+def drop_group_defaults() -> None:
+    """Replace default arguments of ``torch.distributed.nn.functional`` that hold a process group by None.
 
     None means the default group when the function is called, which is what those defaults
     are; a group still initialized stays alive through torch.distributed itself, and one
@@ -43,15 +43,12 @@ def release_destroyed_groups() -> int:
     """
     functional = sys.modules.get("torch.distributed.nn.functional")
     if functional is None:
-        return 0
+        return
 
     def stale(value) -> bool:
         return isinstance(value, dist.ProcessGroup)
 
-    dropped = 0
     for function in list(vars(functional).values()):
         defaults = getattr(function, "__defaults__", None)
         if defaults and any(stale(value) for value in defaults):
             function.__defaults__ = tuple(None if stale(value) else value for value in defaults)
-            dropped += 1
-    return dropped
