@@ -47,6 +47,50 @@ def peak_memory_bytes(fn) -> int:
     return (_status_kib("VmHWM") - before) * 1024
 
 
+def live_tensor_peak(fn) -> tuple[int, list[tuple[int, str]]]:
+    """Peak bytes of live CPU tensors allocated while ``fn()`` runs, and the tensors alive at
+    that moment as (bytes, where each was allocated).
+
+    Unlike the resident set this does not depend on the C library's heap layout or on what the
+    interpreter allocates beside tensors, so the same program gives the same figure in every
+    run. It reads the profiler's memory timeline (``profile_memory=True``; the same data as
+    ``torch.profiler.profile.export_memory_timeline``), which sees Inductor's buffers too.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import Action
+
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        fn()
+    start_ns = prof.profiler.kineto_results.trace_start_ns()
+    events = [e for e in prof.events() if e.name != "[memory]"]
+    live, at_peak, current, peak, peak_time = {}, {}, 0, 0, None
+    for t, action, (key, _version), size in prof._memory_profile().timeline:
+        if key.device.type != "cpu" or action == Action.PREEXISTING:
+            continue
+        if action == Action.CREATE:
+            current += size
+            live[key] = (size, t)
+        elif action == Action.DESTROY and key in live:
+            current -= size
+            del live[key]
+        if current > peak:
+            peak, peak_time, at_peak = current, t, dict(live)
+
+    def where(t_ns: int) -> str:
+        t_us = (t_ns - start_ns) / 1000
+        inside = sorted(
+            (e for e in events if e.time_range.start <= t_us <= e.time_range.end),
+            key=lambda e: e.time_range.start,
+        )
+        names = [e.name for e in inside]
+        compiled = [n for n in names if n.startswith(("<thunder_core", "## Call CompiledFxGraph"))]
+        return " > ".join(filter(None, [compiled[-1] if compiled else "", names[-1] if names else "?"]))
+
+    return peak, [(size, where(t)) for size, t in at_peak.values()] if peak_time is not None else []
+
+
 def run_isolated(script: str, *args: str, for_memory: bool = False, env: dict | None = None) -> dict:
     """Run ``script`` in a fresh interpreter; it prints one JSON object as its last line.
 

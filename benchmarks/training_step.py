@@ -6,7 +6,14 @@ torch.compile runs with its default backend (Inductor) and with ``backend="thund
 For each backend, in its own process: the first call (wrapping the model, capture/compile
 and one step; compile caches on disk as earlier runs left them), the median step time, the
 page faults per step while timing (memory the C library gave back and had to map again), and
-the peak memory one step adds. Ratios are against eager measured in the same run.
+the peak memory one step adds: ``peak MB``, the growth of the resident set (what the operating
+system sees, which moves by a few MB between runs with the heap's layout), and ``live MB``, the
+peak bytes of live tensors (the profiler's memory timeline: the same in every run of the same
+program). Ratios are against eager measured in the same run.
+
+    python benchmarks/training_step.py --what live --backend thunder_core --model llama
+
+prints what is alive at one backend's peak, by where it was allocated.
 
     python benchmarks/training_step.py            # all backends
     python benchmarks/training_step.py --steps 20
@@ -78,7 +85,7 @@ def loss_of(model, idx, name: str):
 def measure(backend: str, steps: int, what: str, name: str = "litgpt") -> dict:
     import torch
     from backends import wrap
-    from measure import median_seconds, peak_memory_bytes
+    from measure import live_tensor_peak, median_seconds, peak_memory_bytes
 
     model = build_model(name)
     idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
@@ -96,7 +103,9 @@ def measure(backend: str, steps: int, what: str, name: str = "litgpt") -> dict:
     first_call = time.perf_counter() - start
     if what == "memory":
         step()
-        return {"peak_bytes": peak_memory_bytes(step)}
+        peak = peak_memory_bytes(step)
+        live_peak, at_peak = live_tensor_peak(step)
+        return {"peak_bytes": peak, "live_peak_bytes": live_peak, "at_peak": at_peak}
     faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step_time = median_seconds(step, repeats=steps)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / (steps + 2)
@@ -154,13 +163,30 @@ def _fixed_kernels(model, idx, name: str) -> dict:
     return totals
 
 
+def _print_live(memory: dict) -> None:
+    import collections
+
+    groups = collections.Counter()
+    for size, where in memory["at_peak"]:
+        groups[(size, where)] += 1
+    print(f"peak of live tensors {memory['live_peak_bytes'] / 2**20:.1f} MB; alive then, by where allocated:")
+    for (size, where), count in sorted(groups.items(), key=lambda item: -item[0][0] * item[1]):
+        if size * count >= 2**19:
+            print(f"  {count:3d} x {size / 2**20:6.2f} MB = {count * size / 2**20:6.1f} MB  {where}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", help="measure one backend in this process (internal)")
     parser.add_argument("--model", choices=MODELS, default="litgpt")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved repetitions of every backend")
-    parser.add_argument("--what", choices=("time", "memory", "floor"), default="time", help="(internal)")
+    parser.add_argument(
+        "--what",
+        choices=("time", "memory", "floor", "live"),
+        default="time",
+        help="with --backend: what to measure in this process (live: print what is alive at the peak)",
+    )
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset to run")
     parser.add_argument(
         "--cold", action="store_true", help="also time each first call with empty Inductor and Numba caches"
@@ -168,6 +194,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "floor":
         print(json.dumps(matmul_floor(args.model)))
+        return
+    if args.backend and args.what == "live":
+        _print_live(measure(args.backend, args.steps, "memory", args.model))
         return
     if args.backend:
         print(json.dumps(measure(args.backend, args.steps, args.what, args.model)))
@@ -224,14 +253,14 @@ def main() -> None:
     cold_header = f" {'cold first s':>13s}" if args.cold else ""
     print(
         f"{'backend':30s} {'step ms':>8s} {'vs eager':>9s} {'vs floor':>9s} {'first call s':>13s} "
-        f"{'peak MB':>8s} {'faults/step':>12s}{cold_header}"
+        f"{'peak MB':>8s} {'live MB':>8s} {'faults/step':>12s}{cold_header}"
     )
     for name, r in results.items():
         cold = f" {r['cold_first_call_s']:13.2f}" if args.cold else ""
         print(
             f"{name:30s} {r['step_s'] * 1e3:8.1f} {r['step_s'] / eager['step_s']:8.2f}x "
             f"{r['step_s'] / floor['floor_s']:8.2f}x {r['first_call_s']:13.2f} {r['peak_bytes'] / 2**20:8.1f} "
-            f"{r['faults_per_step']:12.0f}{cold}"
+            f"{r['live_peak_bytes'] / 2**20:8.1f} {r['faults_per_step']:12.0f}{cold}"
         )
     print("step ms per round (the spread):")
     for name, r in results.items():

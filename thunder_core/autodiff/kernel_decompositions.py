@@ -62,6 +62,23 @@ def _threshold_backward(g, x, threshold):
     return S["where"](S["le"](x, threshold), 0.0, g)
 
 
+def _nll_loss_backward(g, logp, target, weight, reduction, ignore_index, total_weight):
+    """``-g`` (over the total weight for a mean) at each row's target class, zero elsewhere and
+    on ignored rows: a comparison against a column index, which a fusion executor fuses into the
+    log-softmax backward that reads it, instead of a zero-filled and scattered ``[N, C]`` tensor."""
+    if weight is not None or logp.ndim != 2 or reduction not in (0, 1, 2):
+        raise NoDecomposition
+    scale = S["neg"](g)
+    if reduction == 1:  # mean: divided by the number of rows not ignored
+        scale = S["div"](scale, total_weight)
+    elif reduction == 0:  # none: one gradient per row
+        scale = S["unsqueeze"](scale, 1)
+    counted = S["unsqueeze"](S["ne"](target, ignore_index), 1)
+    classes = S["arange"](logp.shape[1], device=logp.device)
+    is_target = S["logical_and"](S["eq"](S["unsqueeze"](target, 1), classes), counted)
+    return S["where"](is_target, convert(scale, logp.dtype), S["new_zeros"](logp, ()))
+
+
 def _basic_index_backward(g, shape, index):
     """Zeros of ``shape`` with ``g`` at ``index``, as a reshape and a zero-padding cat per sliced dim."""
     items = expand_basic_index(index if type(index) is tuple else (index,), len(shape))
@@ -98,5 +115,6 @@ for _symbol, _decomposition in (
     (K.tanh_backward, _tanh_backward),
     (K.sigmoid_backward, _sigmoid_backward),
     (K.threshold_backward, _threshold_backward),
+    (K.nll_loss_backward, _nll_loss_backward),
 ):
     _symbol.decomposition = _decomposition

@@ -210,13 +210,20 @@ class FusionExecutor(Executor):
         """Compile one region into a callable taking ``region.inputs`` and returning ``region.outputs``."""
         raise NotImplementedError
 
+    def materializes(self, bsym: BoundSymbol) -> bool:
+        """Whether a compiled region writes this operation's inputs and outputs to memory (a call
+        into a library kernel such as a matmul) instead of keeping them in registers; False by
+        default. Measured selection counts those, with the region's outputs, toward what a region
+        holds at once, and never measures an alternative that would raise the trace's peak."""
+        return False
+
     def finer_variant(self) -> tuple[str, FusionExecutor] | None:
         """The same compiler claiming smaller regions, with a label for ``explain``; None by default.
 
         An executor that claims large regions (whole stretches of the program, matmuls
         included) returns the variant claiming only what it fuses, so that measured selection
         times each large region against the finer claims plus the rest of the job on the same
-        operations (unless those would hold more than twice the region's memory). The variant
+        operations (unless those would raise the trace's peak memory). The variant
         shares this executor's name and options; its own ``finer_variant()`` must return None.
         """
         return None

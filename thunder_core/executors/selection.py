@@ -11,6 +11,10 @@ alternatives on its first call's real inputs, and the fastest is kept:
   whole-program executor claimed is timed against what the rest of the job would run);
 - the torch executor running the operations as they are.
 
+An alternative that would hold more bytes at once than the claim's place in the trace leaves
+below the trace's peak is not measured (``executors/memory.py``): a few microseconds never buy
+a higher peak.
+
 Candidates are compiled when the claim is first called, run once to warm up (a candidate that
 raises drops out, with the warning ``report_failure`` gives), then timed in interleaved rounds
 within ``ROUND_BUDGET_S`` per claim. The choice is kept with the compiled program (the
@@ -25,7 +29,6 @@ candidate could return a copy where it returns a view.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -34,8 +37,8 @@ from dataclasses import dataclass
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
 from thunder_core.executors.fusion import operations, torch_fallback
+from thunder_core.executors.memory import fused_bytes, headroom, held_bytes, region_bytes
 from thunder_core.executors.regions import Region, RegionNotSupported
-from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import INPLACE, PYTHON, BoundSymbol, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ops.shapes import VIEW_OPS
@@ -158,47 +161,6 @@ def _time_interleaved(ready: dict[str, Callable], args, kwargs) -> dict[str, flo
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def _bytes(proxy) -> int:
-    return math.prod(proxy.shape) * proxy.dtype.itemsize
-
-
-def held_bytes(bsyms: list[BoundSymbol], outputs) -> int | None:
-    """The most bytes ``bsyms`` hold at once when run one by one, each value freed after its last
-    use: what the torch executor (or a job claiming them op by op) allocates for them. View ops
-    allocate nothing. None when a size is not known."""
-    try:
-        last = {p.name: i for i, b in enumerate(bsyms) for p in b.flat_args()}
-        keep = {p.name for p in outputs}
-        live: dict[str, int] = {}
-        most = 0
-        for i, b in enumerate(bsyms):
-            if b.symbol.name not in VIEW_OPS:
-                live.update((p.name, _bytes(p)) for p in b.flat_outputs() if isinstance(p, TensorProxy))
-            most = max(most, sum(live.values()))
-            for name in [n for n in live if n not in keep and last.get(n, -1) <= i]:
-                del live[name]
-        return most
-    except (TypeError, AttributeError):  # symbolic or unknown sizes
-        return None
-
-
-def _fused_bytes(outputs) -> int | None:
-    """A fused region holds its outputs; its intermediates stay in registers and caches."""
-    try:
-        return sum(_bytes(p) for p in outputs if isinstance(p, TensorProxy))
-    except (TypeError, AttributeError):
-        return None
-
-
-def _within_memory(candidate: Candidate, claimed: Candidate) -> bool:
-    """An alternative that holds more than twice the claim's memory at once is not measured: a
-    little speed must not cost the job its memory (the claim at the peak of a training step
-    decides the step's peak)."""
-    if candidate.held_bytes is None or claimed.held_bytes is None:
-        return True
-    return candidate.held_bytes <= 2 * max(claimed.held_bytes, 1)
-
-
 def _accepts_all(executor, bsyms: list[BoundSymbol]) -> bool:
     return all(executor.check(b) is True for b in bsyms)
 
@@ -237,19 +199,27 @@ def _rest_of_job(
     return Candidate(name, make, held_bytes(ops, bsym.flat_outputs()))
 
 
-def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> list[Candidate]:
+def _candidates(
+    bsym: BoundSymbol, owner, executors: list, claim: Callable, room: int | None
+) -> list[Candidate]:
+    """The claim as made, then its alternatives that hold at most ``room`` bytes at once (None:
+    not known), so that no alternative raises the trace's peak memory."""
     fused = isinstance(owner, FusionExecutor)
     claimed = bsym.impl.fn if isinstance(bsym.impl, FirstCall) else bsym.impl
     outputs = bsym.flat_outputs()
-    candidates = [Candidate(owner.name, lambda: claimed, _fused_bytes(outputs) if fused else None)]
     ops = list(bsym.subsymbols) if fused else [bsym.replace(impl=None, executor=None)]
+    candidates = [
+        Candidate(owner.name, lambda: claimed, region_bytes(owner, ops, outputs) if fused else None)
+    ]
     region = _region_of(bsym) if fused else None
     for other in executors:
         if other is owner or other.name == TORCH:
             continue
         if isinstance(other, FusionExecutor) and fused and _accepts_all(other, ops):
             candidates.append(
-                Candidate(other.name, lambda c=other.compile_region: c(region), _fused_bytes(outputs))
+                Candidate(
+                    other.name, lambda c=other.compile_region: c(region), region_bytes(other, ops, outputs)
+                )
             )
         elif isinstance(other, OperatorExecutor) and not fused and _accepts_all(other, ops):
             candidates.append(Candidate(other.name, lambda other=other: other.claimed(ops[0]).impl))
@@ -267,7 +237,16 @@ def _candidates(bsym: BoundSymbol, owner, executors: list, claim: Callable) -> l
             candidates.append(rest)
     torch_candidate = _torch_candidate(bsym, fused)
     candidates += [torch_candidate] if torch_candidate is not None else []
-    return [candidates[0]] + [c for c in candidates[1:] if _within_memory(c, candidates[0])]
+    fits = [c for c in candidates[1:] if room is None or c.held_bytes is None or c.held_bytes <= room]
+    return [candidates[0], *fits]
+
+
+def _claimed_bytes(bsym: BoundSymbol, owner) -> int | None:
+    """What a bound symbol holds at once as claimed: a fused region per its executor, another
+    operation its outputs (a view nothing)."""
+    if isinstance(owner, FusionExecutor) and bsym.subsymbols:
+        return region_bytes(owner, list(bsym.subsymbols), bsym.flat_outputs())
+    return 0 if bsym.symbol.name in VIEW_OPS else fused_bytes(bsym.flat_outputs())
 
 
 def _updated_later(trace: Trace) -> Callable[[BoundSymbol], bool]:
@@ -295,9 +274,10 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
     """
     by_name = {e.name: e for e in executors}
     updated_later = _updated_later(trace)
+    rooms = headroom(trace, [_claimed_bytes(b, by_name.get(b.executor)) for b in trace.bound_symbols])
     changed = False
     bsyms = []
-    for bsym in trace.bound_symbols:
+    for bsym, room in zip(trace.bound_symbols, rooms):
         owner = by_name.get(bsym.executor)
         if (
             owner is None
@@ -309,7 +289,7 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
         ):
             bsyms.append(bsym)
             continue
-        candidates = _candidates(bsym, owner, executors, claim)
+        candidates = _candidates(bsym, owner, executors, claim, room)
         if len(candidates) < 2:
             bsyms.append(bsym)
             continue

@@ -179,13 +179,22 @@ class Printer:
         return lines
 
 
+def _unused_name(base: str, taken: set[str]) -> str:
+    return next(f"{base}{i or ''}" for i in itertools.count() if f"{base}{i or ''}" not in taken)
+
+
 def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
     """Print ``trace`` as a function definition."""
     printer = Printer()
-    params = ", ".join(p.name for p in trace.inputs)
-    lines = [f"def {trace.function_name}({params}):"]
+    names = [p.name for p in trace.inputs]
+    box = _unused_name("inputs", set(names)) if trace.boxed_inputs else None
+    lines = [f"def {trace.function_name}({box or ', '.join(names)}):"]
     for p in trace.inputs:
         lines.append(f'  # {p.name}: "{p.type_string()}"')
+    if box is not None:
+        if names:
+            lines.append(f"  {', '.join(names)}{',' if len(names) == 1 else ''} = {box}")
+        lines.append(f"  {box}.clear()  # the caller's list held the only other reference")
     last_source = None
     for bsym in trace.bound_symbols:
         if bsym.source is not None and bsym.source != last_source:

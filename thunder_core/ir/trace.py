@@ -27,6 +27,11 @@ class Trace:
     user's arguments, then parameters and buffers for modules). ``output`` is a nested
     tuple/list/dict of proxies and constants; when the user's function returned another
     container (a dataclass, a ``ModelOutput``), ``output_treespec`` rebuilds it.
+
+    With ``boxed_inputs`` the generated function takes one list holding the inputs and empties
+    it, so that (with the caller keeping no other reference) each input is freed right after
+    its last use instead of when the call returns: how a backward frees the forward's saved
+    tensors as it goes.
     """
 
     inputs: list
@@ -39,6 +44,7 @@ class Trace:
     given_back: dict = field(
         default_factory=dict, repr=False
     )  # set by fusion passes: name -> why torch runs it
+    boxed_inputs: bool = False
     _callable: Any = field(default=None, repr=False)
 
     def with_bound_symbols(

@@ -78,13 +78,21 @@ class ThunderAutogradFunction(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: the gradient would be differentiated again
             raise _refuse_create_graph()
         tensors, objects = iter(ctx.saved_tensors), iter(ctx.objects)
-        saved = [next(tensors) if is_tensor else next(objects) for is_tensor in ctx.layout]
+        inputs = [next(tensors) if is_tensor else next(objects) for is_tensor in ctx.layout]
+        del tensors
+        _release_saved(ctx)
         program = ctx.program
-        output_grads = [
-            g for g, differentiable in zip(grads, program.output_differentiable) if differentiable
-        ]
+        inputs += [g for g, differentiable in zip(grads, program.output_differentiable) if differentiable]
         running_backward.outputs = getattr(ctx, "retained_outputs", None)
         try:
-            return (None, *program.backward(*saved, *output_grads))
+            return (None, *program.backward(inputs))  # empties ``inputs``: each is freed after its last use
         finally:
             running_backward.outputs = None
+
+
+def _release_saved(ctx) -> None:
+    """Drop the autograd node's references to the saved tensors, unless the graph is retained
+    (``retain_graph=True``; torch checks), so that the backward holds the last ones."""
+    clear = getattr(ctx, "maybe_clear_saved_tensors", None)  # torch 2.1 and later
+    if clear is not None:
+        clear()

@@ -257,6 +257,7 @@ def _compile(
             if split_traces:
                 forward, backward = split_traces[-1].forward, split_traces[-1].backward
             forward_traces, backward_traces = _lower(forward, job), _lower(backward, job)
+            backward_traces[-1].boxed_inputs = True  # frees each saved tensor after its last use
             program = TrainingProgram(
                 forward_traces[-1].python_callable(),
                 backward_traces[-1].python_callable(),

@@ -127,6 +127,10 @@ class InductorExecutor(FusionExecutor):
             return Rejection("inductor: the op returns no tensor")
         return True
 
+    def materializes(self, bsym) -> bool:
+        """Inductor calls library kernels (matmul, attention) on buffers in memory."""
+        return bsym.symbol.name in EXTERNAL
+
     def region_weight(self, region) -> int:
         """Operations that compute something: views alone never make a region worth compiling."""
         if self.regions == "maximal" and any(b.symbol.name in EXTERNAL for b in region):
