@@ -1,4 +1,5 @@
-"""What may move ahead of an open run of a fusion executor's claims, checked on the run itself.
+"""What may move ahead of an open run of a fusion executor's claims, or wait until after it,
+checked on the run itself.
 
 A throwaway fusion executor claims a few elementwise ops; the trace is claimed and run
 directly, against eager PyTorch.
@@ -24,7 +25,7 @@ class TraceRegions(FusionExecutor):
 
 def _claimed(fn, args):
     executor = TraceRegions("trace_regions")
-    for name in ("add", "mul", "exp", "mean", "silu"):
+    for name in ("add", "mul", "exp", "mean", "silu", "sin", "cos", "tanh"):
         executor.register_supported(name)
     names = [f"a{i}" for i in range(len(args))]
     trace, _ = capture(fn, args, {}, positional_names=names)
@@ -56,3 +57,41 @@ def test_an_update_no_tag_announces_is_not_moved():
     mine, reference = (torch.zeros(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))
     torch.testing.assert_close(claimed.python_callable()(x, *mine), stats_before_and_after(x, *reference))
     torch.testing.assert_close(mine, reference)
+
+
+def _regions(claimed) -> list[set[str]]:
+    return [
+        {s.symbol.name for s in b.subsymbols} for b in claimed.bound_symbols if b.executor == "trace_regions"
+    ]
+
+
+def test_a_matmul_reading_the_run_waits_and_the_claims_that_do_not_need_it_join_the_region():
+    """The MLP backward shape: a product feeds a weight-gradient matmul, and the activation's
+    derivative after that matmul does not read it: one region, then the matmul."""
+
+    def backward_like(a, b, w):
+        product = torch.sin(a) * b
+        weight_grad = product @ w
+        derivative = torch.cos(a) + b
+        return weight_grad, derivative
+
+    args = (torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 8))
+    claimed = _claimed(backward_like, args)
+    assert _regions(claimed) == [{"sin", "mul", "cos", "add"}]
+    order = [b.executor if b.executor == "trace_regions" else b.symbol.name for b in claimed.bound_symbols]
+    assert order.index("matmul") > order.index("trace_regions")  # it runs after the region
+    torch.testing.assert_close(claimed.python_callable()(*args), backward_like(*args))
+
+
+def test_a_claim_reading_the_waiting_matmul_ends_the_region_before_it():
+    def chain(a, b, w):
+        product = torch.sin(a) * b
+        projected = product @ w  # read by the next claim: it cannot wait past it
+        return torch.tanh(projected) + product.exp()
+
+    args = (torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 8))
+    claimed = _claimed(chain, args)
+    order = [b.executor if b.executor == "trace_regions" else b.symbol.name for b in claimed.bound_symbols]
+    assert order.index("matmul") < len(order) - 1 and order[order.index("matmul") + 1] == "trace_regions"
+    assert {"sin", "mul"} <= _regions(claimed)[0] and "tanh" in _regions(claimed)[1]
+    torch.testing.assert_close(claimed.python_callable()(*args), chain(*args))

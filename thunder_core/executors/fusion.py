@@ -38,14 +38,16 @@ def _last_uses(bsyms: list[BoundSymbol]) -> dict[str, int]:
 
 
 def _region(
-    bsyms: list[BoundSymbol], position: int, last_uses: dict[str, int], trace_outputs: set[str]
+    bsyms: list[BoundSymbol], position: int, last_uses: dict[str, int], read_after: set[str]
 ) -> Region:
-    """The region of ``bsyms`` ending before ``position``: what it reads, what is used after it."""
+    """The region of ``bsyms`` ending before ``position``: what it reads, and what is used after
+    it (read from ``position`` on, or named in ``read_after``: the trace's outputs, and what the
+    operations deferred past the region read)."""
     inputs = free_inputs(bsyms)
     outputs, out_seen = [], set()
     for b in bsyms:
         for p in b.flat_outputs():
-            used_later = p.name in trace_outputs or last_uses.get(p.name, -1) >= position
+            used_later = p.name in read_after or last_uses.get(p.name, -1) >= position
             if used_later and p.name not in out_seen:
                 out_seen.add(p.name)
                 outputs.append(p)
@@ -90,6 +92,15 @@ def _shape_ops_read_by(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: s
 MOVABLE = frozenset({"matmul", "mm", "bmm", "linear"}) | VIEW_OPS
 
 
+def _may_move(bsym: BoundSymbol, run: list[BoundSymbol]) -> bool:
+    """May ``bsym`` (not claimed) change places with the open ``run``: run ahead of it, or wait
+    until after its region? Only a matmul or a view, and only when neither it nor the run has an
+    effect (in-place update, random draw, hook)."""
+    if bsym.symbol.name not in MOVABLE or bsym.symbol.has_tag(PYTHON) or bsym.symbol.has_tag(OPAQUE):
+        return False
+    return not bsym.symbol.has_tag(AUTOGRAD_FALLBACK) and _pure(bsym) and all(_pure(b) for b in run)
+
+
 def _ahead_of_run(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[str], executor):
     """What can run before the open ``run`` when ``bsym`` (not claimed by it) is met: None when
     the run must end first; else the run's claims to take out of it (often none) and ``bsym``.
@@ -101,9 +112,7 @@ def _ahead_of_run(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[st
     cost nothing either way. Nothing else moves, and nothing moves across a run with an
     operation that has an effect (in-place update, random draw, hook).
     """
-    if bsym.symbol.name not in MOVABLE or bsym.symbol.has_tag(PYTHON) or bsym.symbol.has_tag(OPAQUE):
-        return None
-    if bsym.symbol.has_tag(AUTOGRAD_FALLBACK) or not _pure(bsym) or not all(_pure(b) for b in run):
+    if not _may_move(bsym, run):
         return None
     taken = _shape_ops_read_by(bsym, run, made_by_run)
     if taken and (len(taken) == len(run) or executor.region_weight(taken) != 0):
@@ -114,9 +123,12 @@ def _ahead_of_run(bsym: BoundSymbol, run: list[BoundSymbol], made_by_run: set[st
 def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> Trace:
     """Replace each run of ``executor``'s claims by one compiled region.
 
-    A run stays open across matmuls and views that read nothing the run computes
-    (``_ahead_of_run``): those move ahead of it, so claims separated only by an independent
-    matmul still fuse.
+    A run stays open across matmuls and views: one that reads nothing the run computes moves
+    ahead of it (``_ahead_of_run``), so claims separated only by an independent matmul still
+    fuse; one that reads what the run computes waits until after the region, unless a later
+    claim reads it, so the claims after it that do not need it join the same region. In a backward, that puts
+    the gradient products and the activation's derivative on both sides of a weight-gradient
+    matmul into one pass over the saved activations.
 
     Post: ``result.given_back`` maps the output names of claims that went back to torch to why.
     """
@@ -135,7 +147,16 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 given_back[p.name] = reason
         result.extend(to_torch(b) for b in run)
 
+    deferred: list[BoundSymbol] = []  # not claimed, waiting for the open run's region
+    made_by_deferred: set[str] = set()
+
     def flush(position: int) -> None:
+        emit_region(position)
+        result.extend(deferred)
+        deferred.clear()
+        made_by_deferred.clear()
+
+    def emit_region(position: int) -> None:
         nonlocal regions
         if not run:
             return
@@ -146,7 +167,8 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 f"{executor.name}'s min_region_size ({minimum})"
             )
         else:
-            region = _region(list(run), position, last_uses, trace_outputs)
+            read_after = trace_outputs | {p.name for b in deferred for p in b.flat_args()}
+            region = _region(list(run), position, last_uses, read_after)
             name = f"{executor.name}_fusion_{regions + 1}"
             try:
                 compiled = executor.compile_region(region)
@@ -174,15 +196,29 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
         run.clear()
 
     made_by_run: set[str] = set()  # names the open run computes
+
+    def reads(bsym: BoundSymbol, names: set[str]) -> bool:
+        return any(p.name in names for p in bsym.flat_args())
+
     for i, bsym in enumerate(bsyms):
         if bsym.executor == executor.name and bsym.impl is None:
-            if run and not executor.can_join(run, bsym):
+            if run and (
+                not executor.can_join(run, bsym)
+                or reads(bsym, made_by_deferred)
+                or (deferred and not _pure(bsym))
+            ):
                 flush(i)
                 made_by_run.clear()
             run.append(bsym)
             made_by_run.update(p.name for p in bsym.flat_outputs())
             continue
-        taken = _ahead_of_run(bsym, run, made_by_run, executor) if run else None
+        taken = None
+        if run and not reads(bsym, made_by_deferred):
+            taken = _ahead_of_run(bsym, run, made_by_run, executor)
+        if taken is None and run and _may_move(bsym, run):  # it waits until after the region
+            deferred.append(bsym)
+            made_by_deferred.update(p.name for p in bsym.flat_outputs())
+            continue
         if taken is None:
             flush(i)
             made_by_run.clear()
