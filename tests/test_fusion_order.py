@@ -23,9 +23,9 @@ class TraceRegions(FusionExecutor):
         return region.as_trace("region").python_callable()
 
 
-def _claimed(fn, args):
+def _claimed(fn, args, claim_also=()):
     executor = TraceRegions("trace_regions")
-    for name in ("add", "mul", "exp", "mean", "silu", "sin", "cos", "tanh"):
+    for name in ("add", "mul", "exp", "mean", "silu", "sin", "cos", "tanh", *claim_also):
         executor.register_supported(name)
     names = [f"a{i}" for i in range(len(args))]
     trace, _ = capture(fn, args, {}, positional_names=names)
@@ -95,3 +95,19 @@ def test_a_claim_reading_the_waiting_matmul_ends_the_region_before_it():
     assert order.index("matmul") < len(order) - 1 and order[order.index("matmul") + 1] == "trace_regions"
     assert {"sin", "mul"} <= _regions(claimed)[0] and "tanh" in _regions(claimed)[1]
     torch.testing.assert_close(claimed.python_callable()(*args), chain(*args))
+
+
+def test_a_waiting_matmul_does_not_read_statistics_a_claimed_batch_norm_updates_after_it():
+    """The matmul reads the running mean before batch_norm (claimed here) updates it in place."""
+
+    def read_then_update(x, running_mean, running_var):
+        scaled = torch.sin(x) * 2
+        projected = scaled @ running_mean.unsqueeze(1)  # reads the open run and the old mean
+        normalized = F.batch_norm(x, running_mean, running_var, training=True)
+        return projected, normalized
+
+    x = torch.randn(4, 3)
+    claimed = _claimed(read_then_update, (x, torch.zeros(3), torch.ones(3)), claim_also=("batch_norm",))
+    mine, reference = (torch.zeros(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))
+    torch.testing.assert_close(claimed.python_callable()(x, *mine), read_then_update(x, *reference))
+    torch.testing.assert_close(mine, reference)

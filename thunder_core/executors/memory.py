@@ -6,8 +6,9 @@ kernel keeps in registers, which at the peak of a training step (the end of the 
 start of the backward) adds directly to the step's peak.
 
 Sizes are counted for tensors with known shapes. Views (``VIEW_OPS``) allocate nothing and keep
-their base alive. The trace's inputs are not counted: the caller holds them (or frees them as
-the backward goes, which only lowers what is alive later).
+their base alive. A trace's inputs count from its start to their last use when the trace frees
+them (``Trace.boxed_inputs``: a backward and the tensors the forward saved); otherwise the
+caller holds them throughout, the same at every point, and they are left out.
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ def headroom(trace: Trace, held: list[int | None]) -> list[int | None]:
     born: dict[str, int] = {}
     last: dict[str, int] = {}
     try:
+        if trace.boxed_inputs:  # freed after their last use: alive from the start until then
+            for p in trace.inputs:
+                if isinstance(p, TensorProxy) and p.name not in owner:
+                    owner[p.name], size[p.name], born[p.name], last[p.name] = p.name, tensor_bytes(p), -1, -1
         for i, bsym in enumerate(trace.bound_symbols):
             args = [p for p in bsym.flat_args() if isinstance(p, TensorProxy)]
             for p in args:
@@ -107,7 +112,7 @@ def headroom(trace: Trace, held: list[int | None]) -> list[int | None]:
         return [None] * count
     change = [0] * (count + 2)  # alive while bound symbol i runs: made before i, read at i or later
     for name, bytes_ in size.items():
-        if last[name] > born[name]:
+        if last[name] > born[name] and last[name] >= 0:
             change[born[name] + 1] += bytes_
             change[last[name] + 1] -= bytes_
     ambient, alive = [], 0

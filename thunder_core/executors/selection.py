@@ -202,8 +202,9 @@ def _rest_of_job(
 def _candidates(
     bsym: BoundSymbol, owner, executors: list, claim: Callable, room: int | None
 ) -> list[Candidate]:
-    """The claim as made, then its alternatives that hold at most ``room`` bytes at once (None:
-    not known), so that no alternative raises the trace's peak memory."""
+    """The claim as made, then its alternatives that hold at most ``room`` bytes at once, so that
+    no alternative raises the trace's peak memory (when sizes elsewhere in the trace are not
+    known: at most twice what the claim holds)."""
     fused = isinstance(owner, FusionExecutor)
     claimed = bsym.impl.fn if isinstance(bsym.impl, FirstCall) else bsym.impl
     outputs = bsym.flat_outputs()
@@ -237,6 +238,8 @@ def _candidates(
             candidates.append(rest)
     torch_candidate = _torch_candidate(bsym, fused)
     candidates += [torch_candidate] if torch_candidate is not None else []
+    if room is None and candidates[0].held_bytes is not None:  # sizes unknown elsewhere in the trace
+        room = 2 * max(candidates[0].held_bytes, 1)
     fits = [c for c in candidates[1:] if room is None or c.held_bytes is None or c.held_bytes <= room]
     return [candidates[0], *fits]
 

@@ -61,6 +61,9 @@ class Symbol:
     meta: Callable[..., Any] | None = None
     tags: frozenset[str] = field(default_factory=frozenset)
     vjp: Callable[..., Any] | None = None  # a VJP rule of this symbol alone (made-at-compile-time symbols)
+    # For an op that updates some arguments only in some calls (batch_norm's running statistics
+    # in training): given the bound symbol, whether this call does. Such a call is impure.
+    updates_arguments: Callable[[Any], bool] | None = None
 
     def __call__(self, *args, **kwargs):
         recorder = active_recorder()
@@ -159,7 +162,10 @@ def is_impure(bsym: BoundSymbol) -> bool:
     draw (it advances the generator even when its value is unused) or another effect. Passes never
     remove or reorder such calls among themselves."""
     tags = bsym.symbol.tags
-    return INPLACE in tags or RANDOM in tags or EFFECT in tags
+    if INPLACE in tags or RANDOM in tags or EFFECT in tags:
+        return True
+    updates = bsym.symbol.updates_arguments
+    return updates is not None and updates(bsym)
 
 
 def free_inputs(bound_symbols, produced=()) -> list:

@@ -58,6 +58,7 @@ class Trace:
             function_name=self.function_name,
             provenance=provenance,
             output_treespec=self.output_treespec,
+            boxed_inputs=self.boxed_inputs,
         )
 
     def python_code(self, *, subsymbol_depth: int = 1):

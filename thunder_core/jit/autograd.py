@@ -93,6 +93,4 @@ class ThunderAutogradFunction(torch.autograd.Function):
 def _release_saved(ctx) -> None:
     """Drop the autograd node's references to the saved tensors, unless the graph is retained
     (``retain_graph=True``; torch checks), so that the backward holds the last ones."""
-    clear = getattr(ctx, "maybe_clear_saved_tensors", None)  # torch 2.1 and later
-    if clear is not None:
-        clear()
+    ctx.maybe_clear_saved_tensors()

@@ -256,8 +256,9 @@ def _compile(
             split_traces = _run_split_passes(forward, backward, job, block_inputs)
             if split_traces:
                 forward, backward = split_traces[-1].forward, split_traces[-1].backward
+            backward.boxed_inputs = True  # frees each saved tensor after its last use
             forward_traces, backward_traces = _lower(forward, job), _lower(backward, job)
-            backward_traces[-1].boxed_inputs = True  # frees each saved tensor after its last use
+            backward_traces[-1].boxed_inputs = True
             program = TrainingProgram(
                 forward_traces[-1].python_callable(),
                 backward_traces[-1].python_callable(),

@@ -10,6 +10,9 @@ not have are skipped.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 
 from thunder_core.ir.symbols import RANDOM
@@ -108,3 +111,50 @@ def register_leaves() -> None:
 
 
 register_leaves()
+
+
+def _updates_when(parameters: list[str], test: Callable[[dict], bool]) -> Callable:
+    """``Symbol.updates_arguments`` for a call whose arguments ``test`` reads by name."""
+
+    def updates(bsym) -> bool:
+        try:
+            bound = inspect.Signature(
+                [
+                    inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+                    for n in parameters
+                ]
+            ).bind(*bsym.args, **bsym.kwargs)
+        except TypeError:  # a call form this table does not know: assume it updates
+            return True
+        return test(bound.arguments)
+
+    return updates
+
+
+def _has_running_stats(arguments: dict) -> bool:
+    return arguments.get("running_mean") is not None or arguments.get("running_var") is not None
+
+
+# Ops that update some of their arguments in some calls, without an in-place name: running
+# statistics in training, an embedding's rows renormalized by max_norm.
+_HIDDEN_UPDATES = {
+    "batch_norm": (
+        ["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"],
+        lambda a: bool(a.get("training")) and _has_running_stats(a),
+    ),
+    "native_batch_norm": (
+        ["input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"],
+        lambda a: bool(a.get("training")) and _has_running_stats(a),
+    ),
+    "instance_norm": (
+        ["input", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum", "eps"],
+        lambda a: a.get("use_input_stats", True) is not False and _has_running_stats(a),
+    ),
+    "embedding": (
+        ["input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"],
+        lambda a: a.get("max_norm") is not None,
+    ),
+}
+for _name, (_parameters, _test) in _HIDDEN_UPDATES.items():
+    if _name in TORCH_SYMBOLS:
+        TORCH_SYMBOLS[_name].updates_arguments = _updates_when(_parameters, _test)
