@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor
+from thunder_core.executors.caches import CacheEvictor
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
 from thunder_core.executors.fusion import operations, torch_fallback
 from thunder_core.executors.memory import fused_bytes, headroom, held_bytes, region_bytes
@@ -81,8 +82,9 @@ class Measured:
     after the first call (``attach_to_namespace``, as ``FirstCall`` does).
     """
 
-    def __init__(self, candidates: list[Candidate], operations: str):
+    def __init__(self, candidates: list[Candidate], operations: str, caches: CacheEvictor | None = None):
         self.candidates = candidates
+        self._caches = caches if caches is not None else CacheEvictor(1)
         self._operations = operations
         self._strict = _strict.get()
         self._slots: list[tuple[dict, str]] = []
@@ -126,7 +128,10 @@ class Measured:
         ready, failed, result = self._compile_and_warm_up(args, kwargs)
         if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
             raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
-        seconds = _time_interleaved(ready, args, kwargs)
+        try:
+            seconds = _time_interleaved(ready, args, kwargs, self._caches.for_inputs(args, kwargs))
+        finally:
+            self._caches.release()
         chosen = min(seconds, key=seconds.get)
         self.selection = Selection(chosen, seconds, failed)
         claimed = self.candidates[0].name
@@ -146,12 +151,16 @@ def _raising(error: Exception) -> Callable:
     return run
 
 
-def _time_interleaved(ready: dict[str, Callable], args, kwargs) -> dict[str, float]:
-    """Median seconds per candidate over rounds that run each once (A B C A B C ...)."""
+def _time_interleaved(
+    ready: dict[str, Callable], args, kwargs, evict: Callable[[], None]
+) -> dict[str, float]:
+    """Median seconds per candidate over rounds that run each once (A B C A B C ...), each run
+    after ``evict()`` (which takes the inputs out of the CPU's caches)."""
     times: dict[str, list[float]] = {name: [] for name in ready}
     spent, rounds = 0.0, 0
     while rounds < MAX_ROUNDS and (rounds < 1 or spent < ROUND_BUDGET_S):
         for name, fn in ready.items():
+            evict()
             start = time.perf_counter()
             fn(*args, **kwargs)
             elapsed = time.perf_counter() - start
@@ -278,6 +287,7 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
     by_name = {e.name: e for e in executors}
     updated_later = _updated_later(trace)
     rooms = headroom(trace, [_claimed_bytes(b, by_name.get(b.executor)) for b in trace.bound_symbols])
+    caches = CacheEvictor(0)  # shared by this trace's measured claims
     changed = False
     bsyms = []
     for bsym, room in zip(trace.bound_symbols, rooms):
@@ -297,7 +307,9 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             bsyms.append(bsym)
             continue
         ops = list(bsym.subsymbols) or [bsym]
-        bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops))))
+        measured = Measured(candidates, operations(ops), caches)
+        caches.users += 1
+        bsyms.append(bsym.replace(impl=measured))
         changed = True
     if not changed:
         return trace
