@@ -125,10 +125,10 @@ class Measured:
     def __call__(self, *args, **kwargs):
         if self.fn is not None:
             return self.fn(*args, **kwargs)
-        ready, failed, result = self._compile_and_warm_up(args, kwargs)
-        if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
-            raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
-        try:
+        try:  # however this ends, this claim no longer needs the shared eviction buffer
+            ready, failed, result = self._compile_and_warm_up(args, kwargs)
+            if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
+                raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
             seconds = _time_interleaved(ready, args, kwargs, self._caches.for_inputs(args, kwargs))
         finally:
             self._caches.release()
