@@ -70,6 +70,8 @@ def live_tensor_peak(fn) -> tuple[int, list[tuple[int, str]]]:
         if key.device.type != "cpu" or action == Action.PREEXISTING:
             continue
         if action == Action.CREATE:
+            if key in live:  # the storage was freed without an event (an allocation reused)
+                current -= live[key][0]
             current += size
             live[key] = (size, t)
         elif action == Action.DESTROY and key in live:

@@ -6,20 +6,24 @@ before (a tensor the forward saved, read by the backward) and come from memory. 
 passes over its inputs several times (a region run op by op) looks as fast as one that passes
 once (a fused kernel) when everything is cached, and is slower in the program: measured that
 way, selection kept such candidates and made a Llama training step 10% slower than claim order.
-So before each timed run the caches are filled with other data, as the rest of the program
-would have done.
+
+So each timed run reads its own copy of the inputs, from a ring of copies larger than the
+largest cache: by the time a copy is read again, the other copies have pushed it out. (Filling
+the caches with other data before each run does that too, but it also pushes out the code and
+Python objects of the call itself, which in the program stay cached between calls: that made
+every candidate with a longer Python call path look slower than it is, by up to 100 us.)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import torch
 
-from thunder_core.ir.tree import leaves
+from thunder_core.ir.tree import leaves, tree_map
 
 DEFAULT_CACHE_BYTES = 32 * 2**20  # when the system does not say
+SMALL_INPUT_BYTES = 2**20  # inputs smaller than this are most likely cached in the program too
 
 
 def last_level_cache_bytes() -> int:
@@ -37,44 +41,59 @@ def last_level_cache_bytes() -> int:
     return largest or DEFAULT_CACHE_BYTES
 
 
-def _nothing() -> None:
-    pass
+def _dense(x: torch.Tensor) -> bool:
+    """Its elements fill its extent once, in some order of the dimensions: no gaps, no overlaps."""
+    if x.is_contiguous():
+        return True
+    expected = 1
+    for stride, size in sorted((s, n) for n, s in zip(x.shape, x.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
-def _cpu_bytes(args, kwargs) -> int:
-    tensors = [x for x in leaves((args, kwargs)) if isinstance(x, torch.Tensor) and x.device.type == "cpu"]
-    return sum(x.untyped_storage().nbytes() for x in tensors)
+def _copyable(x) -> bool:
+    """A plain CPU tensor that a copy with the same sizes and strides reads in the same order."""
+    return type(x) is torch.Tensor and x.device.type == "cpu" and _dense(x)
 
 
-class CacheEvictor:
-    """Pushes a candidate's inputs out of the CPU's caches before each timed run, by reading as
-    much other memory as the largest cache holds.
+def _copy(x):
+    if not _copyable(x):
+        return x
+    copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    copy.copy_(x)
+    return copy
 
-    One evictor serves the measured claims of one program: its buffer is made at the first claim
-    whose inputs need it and freed when the last of its ``users`` is done (``release``). Inputs
-    smaller than ``SMALL_INPUT_BYTES`` are not evicted: a value that small was most likely just
-    written by the operation before, and is in the cache in the program too.
+
+class ColdInputs:
+    """Copies of one claim's inputs, handed out in turn (``next``) so that each timed run finds
+    its inputs out of the caches.
+
+    The copies together hold at least the largest cache's size. Inputs smaller than
+    ``SMALL_INPUT_BYTES`` in all are not copied: a value that small was most likely just written
+    by the operation before, and is in the cache in the program too. Views with gaps or overlaps
+    (a slice of a larger buffer, an expanded tensor) and tensors of other devices or subclasses
+    are passed as they are. The copies live as long as this object.
     """
 
-    SMALL_INPUT_BYTES = 2**20
+    def __init__(self, args: tuple, kwargs: dict, cache_bytes: int | None = None):
+        copied = [x for x in leaves((args, kwargs)) if _copyable(x)]
+        size = sum(x.nbytes for x in copied)
+        cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+        if size < SMALL_INPUT_BYTES or size >= cache_bytes:  # cached in the program / not cacheable
+            self._ring = [(args, kwargs)]
+        else:
+            count = -(-cache_bytes // size) + 1  # the others fill the cache between two reads of one
+            with torch.no_grad():
+                self._ring = [tree_map(_copy, (args, kwargs)) for _ in range(count)]
+        self._turn = 0
 
-    def __init__(self, users: int):
-        self.users = users
-        self._buffer: torch.Tensor | None = None
+    @property
+    def copies(self) -> int:
+        return len(self._ring)
 
-    def for_inputs(self, args, kwargs) -> Callable[[], None]:
-        if _cpu_bytes(args, kwargs) < self.SMALL_INPUT_BYTES:
-            return _nothing
-        if self._buffer is None:
-            self._buffer = torch.ones(last_level_cache_bytes() // 4, dtype=torch.float32)
-        buffer = self._buffer
-
-        def evict() -> None:
-            buffer.sum()  # reading it brings other data into every cache level
-
-        return evict
-
-    def release(self) -> None:
-        self.users -= 1
-        if self.users <= 0:
-            self._buffer = None
+    def next(self) -> tuple[tuple, dict]:
+        args, kwargs = self._ring[self._turn % len(self._ring)]
+        self._turn += 1
+        return args, kwargs

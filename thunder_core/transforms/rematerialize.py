@@ -1,11 +1,18 @@
 """Rematerialization: recompute cheap values in backward instead of saving them.
 
 Pre: a forward trace returning ``(outputs, saved)`` and the backward trace taking
-``(*saved, *grads)``. Post: the same pair, where a saved value made by one cheap
-elementwise op (or a symbol tagged ``RECOMPUTE``) whose tensor inputs are all saved anyway
-(or forward inputs) is recomputed
-in the backward instead, just before its first use (so a fusion executor can fuse the
-recomputation with its consumers), and the forward keeps fewer tensors alive.
+``(*saved, *grads)``. Post: the same pair, saving the fewest bytes from which the backward can
+recompute everything it reads with cheap elementwise ops and views (``CHEAP``, or a symbol
+tagged ``RECOMPUTE``): a minimum cut (networkx) through the graph of those ops between what the
+forward must save (values of other ops, random and in-place ones) and what the backward reads,
+each saved value weighing its bytes and the forward's inputs nothing. Recomputed ops are placed
+in the backward just before their first use, where a fusion executor fuses them with their
+consumers, and the forward keeps fewer tensors alive.
+
+A value that both passes read from memory (a matmul's operand in the forward and again in the
+backward, such as a normalized activation or an MLP's gated product) is saved: recomputing it
+would write it to memory once more, the cost its saving avoids, as in ``torch.compile``'s
+partitioner.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import INPLACE, RANDOM, RECOMPUTE
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
+from thunder_core.ops.shapes import VIEW_OPS
 
 # Torch-level and prim ops cheap enough to recompute (elementwise, no reductions).
 CHEAP = frozenset(
@@ -23,9 +31,15 @@ CHEAP = frozenset(
         "add", "sub", "mul", "div", "neg", "exp", "tanh", "sigmoid", "relu", "gelu", "silu", "rsqrt",
         "sqrt", "reciprocal", "to", "float", "half", "bfloat16", "type_as", "convert_element_type",
         "where", "masked_fill", "pow", "square", "broadcast_in_dim", "reshape", "view", "expand",
-        "transpose", "permute", "unsqueeze", "squeeze", "contiguous",
+        "transpose", "permute", "unsqueeze", "squeeze", "contiguous", "logical_not", "rsub", "zeros",
+        "zeros_like", "ones_like", "full", "full_like",
     }
 )  # fmt: skip
+
+# Ops a fusion executor computes from registers: an operand they alone read need not be in memory.
+FUSED_READERS = CHEAP | frozenset(
+    {"sum", "mean", "amax", "amin", "var", "std", "softmax", "log_softmax", "cat", "split", "getitem"}
+)
 
 
 def _is_cheap(bsym) -> bool:
@@ -35,38 +49,84 @@ def _is_cheap(bsym) -> bool:
     return symbol.name in CHEAP and not symbol.has_tag(INPLACE) and not symbol.has_tag(RANDOM)
 
 
+def _materialized(bsyms, output) -> set[str]:
+    """Names of the values some operation of ``bsyms`` (or the trace's return) reads from memory:
+    an operand of an op outside ``FUSED_READERS``, or the base of such an operand's view."""
+    result = {p.name for p in leaves(output) if isinstance(p, TensorProxy)}
+    for bsym in reversed(bsyms):
+        outputs = bsym.flat_outputs()
+        if not any(isinstance(p, TensorProxy) for p in outputs):
+            continue  # a deletion, a print, a return: no operand of a computation
+        name = bsym.symbol.name
+        if name in VIEW_OPS:
+            if any(p.name in result for p in outputs):
+                result.update(p.name for p in bsym.flat_args() if isinstance(p, TensorProxy))
+        elif name not in FUSED_READERS:
+            result.update(p.name for p in bsym.flat_args() if isinstance(p, TensorProxy))
+    return result
+
+
+def _bytes(proxy: TensorProxy) -> int:
+    try:
+        count = 1
+        for n in proxy.shape:
+            count *= int(n)
+        return count * proxy.dtype.itemsize
+    except (TypeError, ValueError):  # a symbolic size: every such value weighs the same
+        return 1
+
+
 def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
     start = time.perf_counter()
-    saved = list(forward.output[1])
-    producers = {}
-    for bsym in forward.bound_symbols:
-        for p in bsym.flat_outputs():
-            producers[p.name] = bsym
-    inputs = {p.name for p in forward.inputs}
-    recomputed = []
-    changed = True
-    while changed:
-        changed = False
-        available = inputs | {p.name for p in saved}
-        for proxy in list(saved):
-            bsym = producers.get(proxy.name)
-            if bsym is None or not _is_cheap(bsym) or not isinstance(proxy, TensorProxy):
-                continue
-            args = [p for p in bsym.flat_args() if isinstance(p, TensorProxy)]
-            if len(bsym.flat_outputs()) != 1 or not all(p.name in available for p in args):
-                continue
-            saved = [s for s in saved if s is not proxy]
-            for p in args:
-                if p.name not in {s.name for s in saved}:
-                    saved.append(p)
-            recomputed.append(bsym)
-            changed = True
-            break
-    if not recomputed:
+    needed = {p.name: p for p in forward.output[1] if isinstance(p, TensorProxy)}
+    if not needed:
         return forward, backward
-    return _with_saved(
-        forward, backward, saved, recomputed, Provenance("rematerialize", time.perf_counter() - start)
+    producers = {p.name: b for b in forward.bound_symbols for p in b.flat_outputs()}
+    inputs = {p.name for p in forward.inputs}
+    read_from_memory = _materialized(forward.bound_symbols, forward.output[0]) & _materialized(
+        backward.bound_symbols, backward.output
     )
+
+    def recomputable(name: str) -> bool:
+        bsym = producers.get(name)
+        return (
+            bsym is not None
+            and _is_cheap(bsym)
+            and not _must_save(bsym)
+            and len(bsym.flat_outputs()) == 1
+            and name not in read_from_memory
+        )
+
+    import networkx  # here: 0.1 s to import, and only training needs it
+
+    graph = networkx.DiGraph()
+    stack, seen = list(needed.values()), set(needed)
+    while stack:
+        proxy = stack.pop()
+        name = proxy.name
+        # Ties go to saving what the backward reads (nothing recomputed for nothing).
+        weight = 0 if name in inputs else 2 * _bytes(proxy) + (name not in needed)
+        graph.add_edge(("in", name), ("out", name), capacity=weight)
+        if name in needed:
+            graph.add_edge(("out", name), "sink")  # no capacity: unbounded
+        if name in inputs or not recomputable(name):
+            graph.add_edge("source", ("in", name))
+            continue
+        for arg in producers[name].flat_args():
+            if isinstance(arg, TensorProxy):
+                graph.add_edge(("out", arg.name), ("in", name))
+                if arg.name not in seen:
+                    seen.add(arg.name)
+                    stack.append(arg)
+    _, (source_side, _) = networkx.minimum_cut(graph, "source", "sink")
+    saved = {node[1] for node in source_side if node[0] == "in" and ("out", node[1]) not in source_side}
+    result = recompute_in_backward(forward, backward, lambda proxy, bsym: proxy.name in saved)
+    if result[0] is forward:
+        return forward, backward
+    provenance = Provenance("rematerialize", time.perf_counter() - start)
+    for trace in result:
+        trace.provenance = provenance
+    return result
 
 
 def _with_saved(forward: Trace, backward: Trace, saved, recomputed: list, provenance) -> tuple[Trace, Trace]:
