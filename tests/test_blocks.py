@@ -253,3 +253,69 @@ def test_constants_that_are_equal_but_not_the_same_make_distinct_blocks():
     assert torch.equal(torch.isnan(out), torch.isnan(expected))
     torch.testing.assert_close(out, expected, equal_nan=True)
     assert sorted(b.calls for b in thunder_core.last_blocks(jmodel)) == [1, 2]  # -0.0 is not 0.0
+
+
+class _MaskedLayer(nn.Module):
+    """Attention with a boolean mask, as Hugging Face layers take it: the same mask every layer."""
+
+    def __init__(self, width: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.out = nn.Linear(width, width, bias=False)
+
+    def forward(self, x, mask):
+        b, s, w = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return x + self.out(y.transpose(1, 2).reshape(b, s, w))
+
+
+class _MaskedStack(nn.Module):
+    def __init__(self, layers: int = 3, per_layer_masks: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(_MaskedLayer() for _ in range(layers))
+        self.per_layer_masks = per_layer_masks
+
+    def forward(self, x):
+        s = x.shape[1]
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        for i, layer in enumerate(self.layers):
+            # per_layer_masks: a different (still causal) mask object each layer: nothing to share
+            mask = causal.clone() if self.per_layer_masks else causal
+            x = layer(x, mask[None, None] if self.per_layer_masks else causal)
+        return x
+
+
+def _masked_stack_step(per_layer_masks: bool):
+    torch.manual_seed(0)
+    model = _MaskedStack(per_layer_masks=per_layer_masks)
+    reference = _MaskedStack(per_layer_masks=per_layer_masks)
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(2, 8, 32, requires_grad=True)  # every layer's input requires grad: one block
+    jmodel = thunder_core.jit(model)
+    jmodel(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    for (name, p), r in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, r.grad, msg=name)
+    return jmodel
+
+
+def test_what_every_call_of_a_block_computes_alike_is_computed_once():
+    jmodel = _masked_stack_step(per_layer_masks=False)
+    (block,) = thunder_core.last_blocks(jmodel)
+    assert block.calls == 3
+    # autodiff's attention rule makes the boolean mask additive (zeros, masked_fill): once, not per layer
+    invariants = str(block.invariant_traces[-1])
+    assert "masked_fill" in str(block.invariant_traces[0]), invariants
+    assert "masked_fill" not in str(block.traces[-1]) and "masked_fill" not in str(block.traces[-2])
+    backward = thunder_core.last_backward_traces(jmodel)
+    forward = str(thunder_core.last_traces(jmodel)[-len(backward) - 1])
+    assert forward.count(f"{block.name}_invariants(") == 1 and forward.count(f"{block.name}_forward(") == 3
+
+
+def test_a_value_that_differs_between_calls_stays_in_the_block():
+    jmodel = _masked_stack_step(per_layer_masks=True)
+    (block,) = thunder_core.last_blocks(jmodel)
+    assert block.invariant_traces == []
+    assert "masked_fill" in str(block.traces[2])  # the split forward, before claiming and fusion

@@ -19,11 +19,14 @@ import torch
 
 from thunder_core.autodiff.joint import requires_autodiff, split_forward_backward
 from thunder_core.capture.blocks import BLOCK, inline_blocks
+from thunder_core.capture.recorder import Namer
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
-from thunder_core.ir.symbols import EFFECT, INPLACE, BoundSymbol, Symbol, active_recorder
+from thunder_core.ir.symbols import EFFECT, INPLACE, BoundSymbol, Symbol, active_recorder, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
+from thunder_core.ops.shapes import VIEW_OPS
 from thunder_core.transforms.rematerialize import rematerialize
+from thunder_core.transforms.replay import all_names
 
 MIN_BLOCK_OPS = 4  # a smaller repeated module is not worth a call boundary (it would stop fusion)
 
@@ -37,6 +40,7 @@ class BlockProgram:
     calls: int
     traces: list[Trace] = field(default_factory=list)
     backward_traces: list[Trace] = field(default_factory=list)
+    invariant_traces: list[Trace] = field(default_factory=list)  # computed once for every call
 
 
 # Argument values compared by value; the trace holds every other object alive, so ids are unique.
@@ -119,20 +123,128 @@ class _Group:
         self.calls: list[int] = []
 
 
-def _compile_group(group: _Group, lower, job_executors) -> tuple[Symbol, BlockProgram]:
-    """The symbol that calls the compiled block, with the VJP rule autodiff uses on it."""
+def _invariant_inputs(calls: list[list]) -> set[str]:
+    """Names of the block's arguments that are the same value in every call (an attention mask,
+    rotary tables), by the first call's names."""
+    first, rest = calls[0], calls[1:]
+    return {
+        p.name
+        for i, p in enumerate(first)
+        if hasattr(p, "name") and rest and all(getattr(c[i], "name", None) == p.name for c in rest)
+    }
+
+
+def _hoist_invariants(trace: Trace, invariant: set[str], returned: set[str]) -> tuple[Trace, Trace | None]:
+    """Split off the operations of a block's trace that compute the same value in every call.
+
+    An operation whose arguments are all ``invariant`` (or computed from them alone), with no
+    effect and nothing that requires a gradient, gives every layer the same value: a boolean
+    attention mask made additive, say, which autodiff's attention rule adds to each layer and
+    the backward reads. Returns the block's trace taking those values as extra inputs (after
+    its own), and the trace computing them once (None when there is nothing worth it: only
+    views, or a value the block returns).
+    """
+    constant = set(invariant)
+    hoisted, kept, constants = [], [], {}
+    for bsym in trace.bound_symbols:
+        args, outputs = bsym.flat_args(), bsym.flat_outputs()
+        movable = (
+            outputs
+            and all(p.name in constant for p in args)
+            and not any(is_impure(b) for b in (bsym, *bsym.subsymbols))
+            and not any(getattr(p, "requires_grad", False) for p in (*args, *outputs))
+        )
+        if movable and not args:
+            # A constant (``zeros``, say) goes out only with what reads it, and stays for the block's
+            # own reads: in a fused kernel it costs nothing, as an extra input a read per call.
+            constants.update((p.name, bsym) for p in outputs)
+            kept.append(bsym)
+        elif movable:
+            hoisted.append(bsym)
+        else:
+            kept.append(bsym)
+        if movable:
+            constant.update(p.name for p in outputs)
+    computed = {id(b) for b in hoisted}
+    used = {id(constants[p.name]) for b in hoisted for p in b.flat_args() if p.name in constants}
+    returned_or_read = returned | {p.name for p in leaves(trace.output) if hasattr(p, "name")}
+    read_inside = returned_or_read | {p.name for b in kept for p in b.flat_args()}
+    kept = [b for b in kept if id(b) not in used or any(p.name in read_inside for p in b.flat_outputs())]
+    defined_inside = {p.name for b in kept for p in b.flat_outputs()}
+    made = {p.name: p for b in hoisted for p in b.flat_outputs() if p.name not in defined_inside}
+    hoisted = [b for b in trace.bound_symbols if id(b) in computed or id(b) in used]
+    if not made or made.keys() & returned or all(b.symbol.name in VIEW_OPS for b in hoisted if b.flat_args()):
+        return trace, None  # a value the block returns, or nothing but views: left as it is
+    read = returned_or_read | {p.name for b in kept for p in b.flat_args()}
+    extra = [p for name, p in made.items() if name in read]
+    if not extra:
+        return trace, None
+    hoisted_reads = {p.name for b in hoisted for p in b.flat_args()}
+    invariants = Trace(
+        inputs=[p for p in trace.inputs if p.name in hoisted_reads],
+        bound_symbols=hoisted,
+        output=tuple(extra),
+        function_name=f"{trace.function_name}_invariants",
+    )
+    block = Trace(
+        inputs=[*trace.inputs, *extra],
+        bound_symbols=kept,
+        output=trace.output,
+        function_name=trace.function_name,
+        provenance=trace.provenance,
+    )
+    return block, invariants
+
+
+@dataclass
+class _Hoisted:
+    """What a block's calls compute alike: the symbol computing it once, which of the block's
+    arguments it reads (positions), and the values it gives (the block's extra arguments)."""
+
+    symbol: Symbol
+    positions: list[int]
+    values: tuple
+
+
+def _hoisted(
+    group: _Group, invariants: Trace | None, lower, inputs: list
+) -> tuple[_Hoisted, list[Trace]] | None:
+    """The symbol computing ``invariants`` once (lowered for the job), and its traces."""
+    if invariants is None:
+        return None
+    traces = lower(invariants)
+    run = traces[-1].python_callable()
+    name = f"{group.name}_invariants"
+    symbol = Symbol(name=name, impl=lambda *args: tuple(run(*args)), printed_name=name)
+    position = {p.name: i for i, p in enumerate(inputs)}
+    return _Hoisted(symbol, [position[p.name] for p in invariants.inputs], invariants.output), [
+        invariants,
+        *traces,
+    ]
+
+
+def _compile_group(group: _Group, lower, job_executors, invariant: set[str] = frozenset()):
+    """The symbol that calls the compiled block, with the VJP rule autodiff uses on it; its
+    program; and what its calls compute alike (``_Hoisted``, or None)."""
     body = group.body
     program = BlockProgram(group.name, group.module_class, len(group.calls))
     n_out = len(body.output)
+    original_inputs = list(body.inputs)
     if not requires_autodiff(body):
+        returned = {p.name for p in leaves(body.output) if hasattr(p, "name")}
+        body, invariants = _hoist_invariants(body, invariant, returned)
+        hoisted, program.invariant_traces = _hoisted(group, invariants, lower, original_inputs) or (None, [])
         traces = lower(body)
         program.traces = [body, *traces]
         run = traces[-1].python_callable()
-        return Symbol(name=group.name, impl=run, printed_name=group.name), program
+        return Symbol(name=group.name, impl=run, printed_name=group.name), program, hoisted
 
     with torch.enable_grad():  # the gradient's own ops are recorded as grad mode on
         split = split_forward_backward(body, job_executors)
     forward, backward = rematerialize(split.forward, split.backward)
+    returned = {p.name for p in leaves(forward.output[0]) if hasattr(p, "name")}
+    forward, invariants = _hoist_invariants(forward, invariant, returned)
+    hoisted, program.invariant_traces = _hoisted(group, invariants, lower, original_inputs) or (None, [])
     forward_traces, backward_traces = lower(forward), lower(backward)
     program.traces = [body, split.forward, *forward_traces]
     program.backward_traces = [split.backward, *backward_traces]
@@ -188,7 +300,7 @@ def _compile_group(group: _Group, lower, job_executors) -> tuple[Symbol, BlockPr
         return tuple(outputs), pullback
 
     symbol = Symbol(name=group.name, impl=outputs_only, printed_name=group.name, vjp=vjp)
-    return symbol, program
+    return symbol, program, hoisted
 
 
 def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[BlockProgram]]:
@@ -230,10 +342,22 @@ def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[Blo
         group.calls.append(position)
         plan.append((group, inputs, outputs, bsym.source))
 
-    symbols, programs = {}, []
+    namer = Namer(all_names(trace))
+    symbols, programs, hoists = {}, [], {}
     for group in groups.values():
-        symbols[id(group)], program = _compile_group(group, lower, job_executors)
+        calls = [item[1] for item in plan if isinstance(item, tuple) and item[0] is group]
+        symbols[id(group)], program, hoisted = _compile_group(
+            group, lower, job_executors, _invariant_inputs(calls)
+        )
         programs.append(program)
+        if hoisted is not None:  # computed once, before the first call; every call takes the values
+            values = tuple(
+                TensorProxy(namer(), p.shape, p.dtype, p.device, False, p.stride()) for p in hoisted.values
+            )
+            args = tuple(calls[0][i] for i in hoisted.positions)
+            hoists[id(group)] = BoundSymbol(hoisted.symbol, args, {}, values, [], None)
+            for inputs in calls:
+                inputs.extend(values)
 
     bound_symbols: list[BoundSymbol] = []
     for item in plan:
@@ -243,6 +367,8 @@ def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[Blo
             bound_symbols.extend(item)
         else:
             group, inputs, outputs, source = item
+            if id(group) in hoists:
+                bound_symbols.append(hoists.pop(id(group)))
             bound_symbols.append(
                 BoundSymbol(symbols[id(group)], tuple(inputs), {}, tuple(outputs), [], source)
             )
