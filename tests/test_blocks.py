@@ -280,10 +280,9 @@ class _MaskedStack(nn.Module):
     def forward(self, x):
         s = x.shape[1]
         causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
-        for i, layer in enumerate(self.layers):
-            # per_layer_masks: a different (still causal) mask object each layer: nothing to share
-            mask = causal.clone() if self.per_layer_masks else causal
-            x = layer(x, mask[None, None] if self.per_layer_masks else causal)
+        for layer in self.layers:
+            # per_layer_masks: a different (equal) mask tensor each layer: nothing to share
+            x = layer(x, causal.clone() if self.per_layer_masks else causal)
         return x
 
 
