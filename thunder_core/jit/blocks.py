@@ -150,6 +150,7 @@ def _hoist_invariants(trace: Trace, invariant: set[str], returned: set[str]) -> 
         args, outputs = bsym.flat_args(), bsym.flat_outputs()
         movable = (
             outputs
+            and all(isinstance(p, TensorProxy) for p in outputs)
             and all(p.name in constant for p in args)
             and not any(is_impure(b) for b in (bsym, *bsym.subsymbols))
             and not any(getattr(p, "requires_grad", False) for p in (*args, *outputs))
