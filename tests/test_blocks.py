@@ -272,36 +272,47 @@ class _MaskedLayer(nn.Module):
 
 
 class _MaskedStack(nn.Module):
-    def __init__(self, layers: int = 3, per_layer_masks: bool = False):
+    def __init__(self, layers: int = 3, mask_per_layer: str = "shared"):
         super().__init__()
         self.layers = nn.ModuleList(_MaskedLayer() for _ in range(layers))
-        self.per_layer_masks = per_layer_masks
+        self.mask_per_layer = mask_per_layer
 
     def forward(self, x):
         s = x.shape[1]
-        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        mask[:, 0] = True  # no fully masked row once the mask is inverted
         for layer in self.layers:
-            # per_layer_masks: a different (equal) mask tensor each layer: nothing to share
-            x = layer(x, causal.clone() if self.per_layer_masks else causal)
+            # "copies": an equal mask, another tensor each layer; "updated": the one mask, inverted
+            # in place between layers (computed once, every layer would see the first mask)
+            x = layer(x, mask.clone() if self.mask_per_layer == "copies" else mask)
+            if self.mask_per_layer == "updated":
+                mask.logical_not_()
         return x
 
 
-def _masked_stack_step(per_layer_masks: bool):
+def _masked_stack_step(mask_per_layer: str, grad: bool = True):
     torch.manual_seed(0)
-    model = _MaskedStack(per_layer_masks=per_layer_masks)
-    reference = _MaskedStack(per_layer_masks=per_layer_masks)
+    model = _MaskedStack(mask_per_layer=mask_per_layer)
+    reference = _MaskedStack(mask_per_layer=mask_per_layer)
     reference.load_state_dict(model.state_dict())
-    x = torch.randn(2, 8, 32, requires_grad=True)  # every layer's input requires grad: one block
+    x = torch.randn(2, 8, 32)
+    x_ref = x.clone().requires_grad_(grad)
+    x.requires_grad_(grad)  # every layer's input requires grad: one block
     jmodel = thunder_core.jit(model)
-    jmodel(x).square().sum().backward()
-    reference(x).square().sum().backward()
-    for (name, p), r in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, r.grad, msg=name)
+    with torch.set_grad_enabled(grad):
+        out, expected = jmodel(x), reference(x_ref)
+    torch.testing.assert_close(out, expected)
+    if grad:
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad)
+        for (name, p), r in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, r.grad, msg=name)
     return jmodel
 
 
 def test_what_every_call_of_a_block_computes_alike_is_computed_once():
-    jmodel = _masked_stack_step(per_layer_masks=False)
+    jmodel = _masked_stack_step("shared")
     (block,) = thunder_core.last_blocks(jmodel)
     assert block.calls == 3
     # autodiff's attention rule makes the boolean mask additive (zeros, masked_fill): once, not per layer
@@ -313,8 +324,8 @@ def test_what_every_call_of_a_block_computes_alike_is_computed_once():
     assert forward.count(f"{block.name}_invariants(") == 1 and forward.count(f"{block.name}_forward(") == 3
 
 
-def test_a_value_that_differs_between_calls_stays_in_the_block():
-    jmodel = _masked_stack_step(per_layer_masks=True)
-    (block,) = thunder_core.last_blocks(jmodel)
-    assert block.invariant_traces == []
-    assert "masked_fill" in str(block.traces[2])  # the split forward, before claiming and fusion
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("mask_per_layer", ["copies", "updated"])
+def test_a_value_that_differs_between_calls_stays_in_the_block(mask_per_layer, grad):
+    jmodel = _masked_stack_step(mask_per_layer, grad)
+    assert all(block.invariant_traces == [] for block in thunder_core.last_blocks(jmodel))

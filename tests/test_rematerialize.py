@@ -3,9 +3,11 @@ what a matmul reads in both passes (recomputing it would write it to memory once
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import thunder_core
+from thunder_core.extend import RECOMPUTE, Symbol, new_tensor_proxy
 from thunder_core.ir.proxies import TensorProxy
 
 ROWS, WIDTH, OUT = 32, 64, 48
@@ -86,3 +88,58 @@ def test_a_gated_product_both_passes_read_is_saved_not_recomputed():
     _gated_mlp(x, *expected).sum().backward()
     for e, a in zip(expected, (*weights, down)):
         torch.testing.assert_close(a.grad, e.grad)
+
+
+def _update_after_use(x, b, w):
+    c = b.sin()
+    a = (c + x).exp()  # recomputing ``a`` from ``c`` in the backward would read the update below
+    y = (a * w).sum()
+    c.mul_(2)
+    return y + c.sum()
+
+
+def _update_input_after_use(x, b, w):
+    a = (b + 1).exp()
+    y = (a * w).sum()
+    b.mul_(2)
+    return y
+
+
+def _constants_only(x, b, w):
+    return (w * (torch.zeros(4) + 2)).sum()
+
+
+@pytest.mark.parametrize("fn", [_update_after_use, _update_input_after_use, _constants_only])
+def test_values_updated_in_place_later_are_not_recomputed_from(fn):
+    grads = []
+    for run in (fn, thunder_core.jit(fn)):
+        b, w = torch.linspace(-1, 1, 4), torch.ones(4, requires_grad=True)
+        run(torch.randn(4, generator=torch.Generator().manual_seed(0)), b, w).backward()
+        grads.append(w.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_an_op_tagged_recompute_is_recomputed_even_where_a_matmul_reads_it():
+    # As FSDP's gather of a sharded weight: read by the linear in both passes, gathered again.
+    def meta(shard, rows):
+        return new_tensor_proxy((rows, *shard.shape[1:]), shard.dtype, shard.device, shard.requires_grad)
+
+    def vjp(shard, rows):
+        return gather(shard, rows), lambda g: [(shard, g)]
+
+    gather = Symbol(
+        "gather_again_for_test", lambda shard, rows: shard.clone(), "gather_again_for_test",
+        meta=meta, tags=frozenset({RECOMPUTE}), vjp=vjp,
+    )  # fmt: skip
+
+    def f(x, shard):
+        return torch.nn.functional.linear(x, gather(shard, shard.shape[0])).tanh().sum()
+
+    x, shard = torch.randn(8, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
+    jitted = thunder_core.jit(f)
+    jitted(x, shard).backward()
+    assert "gather_again_for_test" in str(thunder_core.last_backward_traces(jitted)[-1])
+    expected = [t.detach().clone().requires_grad_() for t in (x, shard)]
+    torch.nn.functional.linear(expected[0], expected[1].clone()).tanh().sum().backward()
+    torch.testing.assert_close(x.grad, expected[0].grad)
+    torch.testing.assert_close(shard.grad, expected[1].grad)

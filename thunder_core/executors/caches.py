@@ -55,7 +55,7 @@ def _dense(x: torch.Tensor) -> bool:
 
 def _copyable(x) -> bool:
     """A plain CPU tensor that a copy with the same sizes and strides reads in the same order."""
-    return type(x) is torch.Tensor and x.device.type == "cpu" and _dense(x)
+    return type(x) in (torch.Tensor, torch.nn.Parameter) and x.device.type == "cpu" and _dense(x)
 
 
 def _copy(x):

@@ -27,6 +27,7 @@ from thunder_core.ir.tree import leaves
 from thunder_core.ops.shapes import VIEW_OPS
 from thunder_core.transforms.rematerialize import rematerialize
 from thunder_core.transforms.replay import all_names
+from thunder_core.transforms.updates import updated_in_place
 
 MIN_BLOCK_OPS = 4  # a smaller repeated module is not worth a call boundary (it would stop fusion)
 
@@ -347,9 +348,10 @@ def share_blocks(trace: Trace, lower, job_executors=()) -> tuple[Trace, list[Blo
     symbols, programs, hoists = {}, [], {}
     for group in groups.values():
         calls = [item[1] for item in plan if isinstance(item, tuple) and item[0] is group]
-        symbols[id(group)], program, hoisted = _compile_group(
-            group, lower, job_executors, _invariant_inputs(calls)
-        )
+        # A tensor updated between the first call and the last holds another value in each.
+        updated = updated_in_place(trace.bound_symbols, group.calls[0], group.calls[-1])
+        shared = _invariant_inputs(calls) - updated
+        symbols[id(group)], program, hoisted = _compile_group(group, lower, job_executors, shared)
         programs.append(program)
         if hoisted is not None:  # computed once, before the first call; every call takes the values
             values = tuple(

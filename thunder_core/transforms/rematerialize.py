@@ -24,6 +24,7 @@ from thunder_core.ir.symbols import INPLACE, RANDOM, RECOMPUTE
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 from thunder_core.ops.shapes import VIEW_OPS
+from thunder_core.transforms.updates import updated_in_place
 
 # Torch-level and prim ops cheap enough to recompute (elementwise, no reductions).
 CHEAP = frozenset(
@@ -87,6 +88,8 @@ def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
         backward.bound_symbols, backward.output
     )
 
+    updated = updated_in_place(forward.bound_symbols)  # recomputed later, they would read the update
+
     def recomputable(name: str) -> bool:
         bsym = producers.get(name)
         return (
@@ -94,12 +97,14 @@ def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
             and _is_cheap(bsym)
             and not _must_save(bsym)
             and len(bsym.flat_outputs()) == 1
-            and name not in read_from_memory
+            and (bsym.symbol.has_tag(RECOMPUTE) or name not in read_from_memory)
+            and not any(p.name in updated for p in bsym.flat_args())
         )
 
     import networkx  # here: 0.1 s to import, and only training needs it
 
     graph = networkx.DiGraph()
+    graph.add_node("source")  # nothing may need saving: everything computed from constants
     stack, seen = list(needed.values()), set(needed)
     while stack:
         proxy = stack.pop()
@@ -157,7 +162,8 @@ def recompute_in_backward(forward: Trace, backward: Trace, keep) -> tuple[Trace,
     for the values those are recomputed from): True saves it, False recomputes it from its
     producer's inputs, each recomputed op placed just before the first backward op reading it.
     Forward inputs are always available; the outputs of random, in-place and handle-producing
-    ops are always saved (recomputing them would draw other numbers or repeat a side effect).
+    ops are always saved (recomputing them would draw other numbers or repeat a side effect),
+    as are values computed from a tensor the forward updates in place (``updated_in_place``).
     Activation checkpointing is this with a policy for ``keep``.
     """
     start = time.perf_counter()
@@ -168,6 +174,7 @@ def recompute_in_backward(forward: Trace, backward: Trace, keep) -> tuple[Trace,
             producers[p.name] = bsym
         position[id(bsym)] = i
     inputs = {p.name for p in forward.inputs}
+    updated = updated_in_place(forward.bound_symbols)
     new_saved, saved_names, recomputed, seen = [], set(), [], set()
 
     def save(proxy) -> None:
@@ -182,7 +189,10 @@ def recompute_in_backward(forward: Trace, backward: Trace, keep) -> tuple[Trace,
             save(proxy)
             continue
         bsym = producers.get(proxy.name)
-        if bsym is None or _must_save(bsym) or keep(proxy, bsym):
+        if bsym is None or _must_save(bsym) or any(p.name in updated for p in bsym.flat_args()):
+            save(proxy)  # made by an op that cannot run again, or from a value updated later
+            continue
+        if keep(proxy, bsym):
             save(proxy)
             continue
         if id(bsym) in seen:

@@ -1,0 +1,60 @@
+"""Which tensors a trace updates in place, with everything that aliases them.
+
+In the IR an in-place op keeps its argument's name (``t0 = torch.Tensor.mul_(t0, 2)``), so a
+name alone does not say which value it holds at a given point. A pass that computes a value
+again later (rematerialization in the backward) or once for several points (a repeated block's
+shared arguments) must not read a name that some operation updates: it would see the value
+after the update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.symbols import EFFECT, INPLACE, BoundSymbol
+from thunder_core.ops.shapes import VIEW_OPS
+
+
+def _steps(bsyms: Iterable[BoundSymbol]):
+    for bsym in bsyms:
+        yield bsym
+        yield from _steps(bsym.subsymbols)
+
+
+def updated_in_place(bsyms: list[BoundSymbol], start: int = 0, stop: int | None = None) -> set[str]:
+    """Names of the tensors that an operation of ``bsyms[start:stop]`` (or of their subsymbols)
+    may update in place (an in-place op, an op that updates an argument it is given, such as
+    batch norm's running statistics, or an op with other effects, such as a hook), together with
+    every view of them and every tensor they are views of (anywhere in ``bsyms``)."""
+    within = {id(s) for s in _steps(bsyms[start:stop])}
+    steps = list(_steps(bsyms))
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.get(name, name) != name:
+            name = parent[name]
+        return name
+
+    updated = []
+    for step in steps:
+        tensors = [p.name for p in step.flat_args() if isinstance(p, TensorProxy)]
+        symbol = step.symbol
+        changes = symbol.has_tag(INPLACE) or symbol.has_tag(EFFECT)
+        changes = changes or (symbol.updates_arguments is not None and symbol.updates_arguments(step))
+        if changes and id(step) in within:
+            updated.extend(tensors)
+        if tensors and (symbol.name in VIEW_OPS or symbol.has_tag(INPLACE)):
+            for out in step.flat_outputs():  # the result aliases the first tensor argument
+                if isinstance(out, TensorProxy) and root(out.name) != root(tensors[0]):
+                    parent[root(out.name)] = root(tensors[0])
+    if not updated:
+        return set()
+    roots = {root(name) for name in updated}
+    names = {
+        p.name
+        for step in steps
+        for p in (*step.flat_args(), *step.flat_outputs())
+        if isinstance(p, TensorProxy)
+    }
+    return {name for name in names if root(name) in roots}
