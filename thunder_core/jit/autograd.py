@@ -80,7 +80,9 @@ class ThunderAutogradFunction(torch.autograd.Function):
         tensors, objects = iter(ctx.saved_tensors), iter(ctx.objects)
         inputs = [next(tensors) if is_tensor else next(objects) for is_tensor in ctx.layout]
         del tensors
-        _release_saved(ctx)
+        # The node drops its references (unless retain_graph=True; torch checks): the backward
+        # then holds the last ones and frees each after its last use.
+        ctx.maybe_clear_saved_tensors()
         program = ctx.program
         inputs += [g for g, differentiable in zip(grads, program.output_differentiable) if differentiable]
         running_backward.outputs = getattr(ctx, "retained_outputs", None)
@@ -88,9 +90,3 @@ class ThunderAutogradFunction(torch.autograd.Function):
             return (None, *program.backward(inputs))  # empties ``inputs``: each is freed after its last use
         finally:
             running_backward.outputs = None
-
-
-def _release_saved(ctx) -> None:
-    """Drop the autograd node's references to the saved tensors, unless the graph is retained
-    (``retain_graph=True``; torch checks), so that the backward holds the last ones."""
-    ctx.maybe_clear_saved_tensors()

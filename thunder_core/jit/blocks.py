@@ -177,8 +177,7 @@ def _hoist_invariants(trace: Trace, invariant: set[str], returned: set[str]) -> 
     hoisted = [b for b in trace.bound_symbols if id(b) in computed or id(b) in used]
     if not made or made.keys() & returned or all(b.symbol.name in VIEW_OPS for b in hoisted if b.flat_args()):
         return trace, None  # a value the block returns, or nothing but views: left as it is
-    read = returned_or_read | {p.name for b in kept for p in b.flat_args()}
-    extra = [p for name, p in made.items() if name in read]
+    extra = [p for name, p in made.items() if name in read_inside]
     if not extra:
         return trace, None
     hoisted_reads = {p.name for b in hoisted for p in b.flat_args()}
@@ -237,7 +236,7 @@ def _compile_group(group: _Group, lower, job_executors, invariant: set[str] = fr
         body, invariants = _hoist_invariants(body, invariant, returned)
         hoisted, program.invariant_traces = _hoisted(group, invariants, lower, original_inputs) or (None, [])
         traces = lower(body)
-        program.traces = [body, *traces]
+        program.traces = [group.body, *traces]
         run = traces[-1].python_callable()
         return Symbol(name=group.name, impl=run, printed_name=group.name), program, hoisted
 

@@ -67,16 +67,6 @@ def _materialized(bsyms, output) -> set[str]:
     return result
 
 
-def _bytes(proxy: TensorProxy) -> int:
-    try:
-        count = 1
-        for n in proxy.shape:
-            count *= int(n)
-        return count * proxy.dtype.itemsize
-    except (TypeError, ValueError):  # a symbolic size: every such value weighs the same
-        return 1
-
-
 def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
     start = time.perf_counter()
     needed = {p.name: p for p in forward.output[1] if isinstance(p, TensorProxy)}
@@ -110,7 +100,7 @@ def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
         proxy = stack.pop()
         name = proxy.name
         # Ties go to saving what the backward reads (nothing recomputed for nothing).
-        weight = 0 if name in inputs else 2 * _bytes(proxy) + (name not in needed)
+        weight = 0 if name in inputs else 2 * proxy.nbytes + (name not in needed)
         graph.add_edge(("in", name), ("out", name), capacity=weight)
         if name in needed:
             graph.add_edge(("out", name), "sink")  # no capacity: unbounded
