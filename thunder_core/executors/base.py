@@ -181,6 +181,10 @@ class FusionExecutor(Executor):
 
     #: Regions with fewer operations than this are given back to the torch executor.
     min_region_size: int = 2
+    #: Views of a region's results (transposes, reshapes that need no copy) run after the region,
+    #: by torch, instead of inside it: for compilers that return each result with the strides the
+    #: trace gives it (Inductor does) and whose calls rebuild a returned view in Python.
+    views_after_region: bool = False
 
     def __init__(self, name: str, *, version: str | None = None):
         super().__init__(name, version=version)

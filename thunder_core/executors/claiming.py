@@ -10,6 +10,8 @@ If none does and some executor would take part of its decomposition, the bound s
 replaced by its subsymbols, each claimed the same way; the torch executor takes what is left.
 Random ops are never decomposed: their decomposition draws other numbers than the op (dropout
 as ``uniform`` and a comparison, where eager draws with ``bernoulli_``), and eager's stream is kept.
+Views of tensors that are updated in place are left to the torch executor (a view costs
+nothing, and a fused region that returned one could not be measured against alternatives).
 Fusion executors' claims are then grouped into regions by their ``fusion_pass``.
 """
 
@@ -26,6 +28,8 @@ from thunder_core.executors.fusion import operations
 from thunder_core.executors.selection import measure_claims
 from thunder_core.ir.symbols import PYTHON, RANDOM, WHOLE, BoundSymbol, is_impure
 from thunder_core.ir.trace import Provenance, Trace
+from thunder_core.ops.shapes import VIEW_OPS
+from thunder_core.transforms.updates import updated_in_place
 
 
 @dataclass
@@ -69,8 +73,17 @@ def _someone_takes_part(bsyms, executors) -> bool:
     return False
 
 
-def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list) -> None:
+_VIEW_OF_UPDATED = (
+    "a view of a tensor that is updated in place: the torch executor takes it, so that the update "
+    "reaches it and the region before it can be measured"
+)
+
+
+def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list, updated=frozenset()) -> None:
     declined = {}
+    if bsym.symbol.name in VIEW_OPS and any(p.name in updated for p in bsym.flat_outputs()):
+        declined = {e.name: _VIEW_OF_UPDATED for e in executors if isinstance(e, FusionExecutor)}
+        executors = [e for e in executors if not isinstance(e, FusionExecutor)]
     for executor in executors:
         verdict = _check(executor, bsym)
         if verdict is True:
@@ -82,7 +95,7 @@ def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list) 
     if bsym.subsymbols and not whole and _someone_takes_part(bsym.subsymbols, executors):
         decisions.append(Decision(bsym, "(decomposed)", declined, "run as its decomposition"))
         for sub in bsym.subsymbols:
-            _assign(sub.replace(source=bsym.source), executors, fallback, out, decisions)
+            _assign(sub.replace(source=bsym.source), executors, fallback, out, decisions, updated)
         return
     if fallback is None:
         raise ThunderCoreError(
@@ -107,11 +120,12 @@ def assign_executors(
     others = [e for e in executors if e is not fallback]
     claimed: list[BoundSymbol] = []
     decisions: list[Decision] = []
+    updated = updated_in_place(trace.bound_symbols)
     for bsym in trace.bound_symbols:
         if bsym.symbol.has_tag(PYTHON):
             claimed.append(bsym.replace(executor=python_executor.NAME))
             continue
-        _assign(bsym, others, fallback, claimed, decisions)
+        _assign(bsym, others, fallback, claimed, decisions, updated)
     result = trace.with_bound_symbols(claimed, None)
     for executor in others:
         if isinstance(executor, FusionExecutor):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.regions import Region, RegionNotSupported
-from thunder_core.ir.proxies import PROXY_TYPES
+from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
     OPAQUE,
@@ -52,6 +54,56 @@ def _region(
                 out_seen.add(p.name)
                 outputs.append(p)
     return Region(bsyms, inputs, outputs)
+
+
+# Ops whose result is a view of their tensor argument whatever its strides, and ops that are views
+# when the argument's strides allow (else they copy, which a fused region does best).
+_ALWAYS_VIEWS = frozenset(
+    {"permute", "transpose", "t", "unsqueeze", "squeeze", "expand", "expand_as", "movedim"}
+)
+_VIEWS_WHEN_VIEWABLE = frozenset({"view", "view_as", "reshape", "reshape_as", "flatten", "unflatten"})
+
+
+def _is_view_of_argument(bsym: BoundSymbol) -> bool:
+    """Does ``bsym`` return a view of its (first) tensor argument, as the trace's strides say?"""
+    name = bsym.symbol.name
+    outputs = bsym.flat_outputs()
+    tensors = [p for p in bsym.flat_args() if isinstance(p, TensorProxy)]
+    if len(outputs) != 1 or not isinstance(outputs[0], TensorProxy) or not tensors:
+        return False
+    if name in _ALWAYS_VIEWS:
+        return True
+    if name not in _VIEWS_WHEN_VIEWABLE:
+        return False
+    x = tensors[0]
+    try:
+        torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta").view(
+            tuple(outputs[0].shape)
+        )
+    except RuntimeError:
+        return False
+    return True
+
+
+def _views_after(run: list[BoundSymbol], outputs: list) -> list[BoundSymbol]:
+    """The views in ``run`` that can run after its region instead: each makes a region output
+    (or the argument of such a view) and nothing left in the region reads it."""
+    needed = {p.name for p in outputs}
+    moved: list[BoundSymbol] = []
+    read_inside: dict[str, int] = {}
+    for b in run:
+        for p in b.flat_args():
+            read_inside[p.name] = read_inside.get(p.name, 0) + 1
+    for b in reversed(run):
+        out = b.flat_outputs()
+        if not _is_view_of_argument(b) or out[0].name not in needed or read_inside.get(out[0].name, 0):
+            continue
+        moved.insert(0, b)
+        for p in b.flat_args():
+            read_inside[p.name] -= 1
+            if isinstance(p, TensorProxy):
+                needed.add(p.name)
+    return moved
 
 
 def operations(bsyms: list[BoundSymbol]) -> str:
@@ -169,6 +221,16 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
         else:
             read_after = trace_outputs | {p.name for b in deferred for p in b.flat_args()}
             region = _region(list(run), position, last_uses, read_after)
+            after: list[BoundSymbol] = []
+            if executor.views_after_region:
+                after = _views_after(run, region.outputs)
+                if after and len(after) < len(run):
+                    for b in after:
+                        run.remove(b)
+                    read_after = read_after | {p.name for b in after for p in b.flat_args()}
+                    region = _region(list(run), position, last_uses, read_after)
+                else:
+                    after = []
             name = f"{executor.name}_fusion_{regions + 1}"
             try:
                 compiled = executor.compile_region(region)
@@ -193,6 +255,12 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
             result.append(
                 BoundSymbol(symbol, tuple(region.inputs), {}, out, list(run), None, executor.name, fn, name)
             )
+            for b in after:
+                given_back.update(
+                    (p.name, f"a view of a result of {executor.name}'s region, run after it")
+                    for p in b.flat_outputs()
+                )
+                result.append(to_torch(b))
         run.clear()
 
     made_by_run: set[str] = set()  # names the open run computes

@@ -24,9 +24,10 @@ the compiled program (the generated code calls the winner directly from then on)
 
 Claims with effects (in-place updates, random draws, hooks) are not measured: running them
 more than once would repeat the effect; claim order decides them, as with ``select="priority"``.
-Nor are claims whose outputs (or values computed from them) are later updated in place: the
-update must reach what the claimed executor returned (a view of a KV cache, say), and another
-candidate could return a copy where it returns a view.
+Nor are claims whose outputs (or views of them) are updated in place: the update must reach
+what the claimed executor returned (a view of a KV cache, say), and another candidate could
+return a copy where it returns a view. A claim whose output is only read by an update (the new
+keys written into a KV cache) is measured.
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ from thunder_core.executors.failures import FirstCall, _strict, report_failure
 from thunder_core.executors.fusion import operations, torch_fallback
 from thunder_core.executors.memory import fused_bytes, headroom, held_bytes, region_bytes
 from thunder_core.executors.regions import Region, RegionNotSupported
-from thunder_core.ir.symbols import INPLACE, PYTHON, BoundSymbol, is_impure
+from thunder_core.ir.symbols import PYTHON, BoundSymbol, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ops.shapes import VIEW_OPS
 from thunder_core.transforms.delete_last_used import delete_last_used
+from thunder_core.transforms.updates import updated_in_place
 
 SELECTIONS = ("measure", "priority")
 ROUND_BUDGET_S = 0.25  # time spent timing the candidates of one claim, after their warm-up runs
@@ -262,20 +264,9 @@ def _claimed_bytes(bsym: BoundSymbol, owner) -> int | None:
 
 
 def _updated_later(trace: Trace) -> Callable[[BoundSymbol], bool]:
-    """A test: is an output of this claim, or a value computed from it, updated in place later?"""
-    steps = [s for b in trace.bound_symbols for s in (b.subsymbols or [b])]
-    mutated = {p.name for s in steps if s.symbol.has_tag(INPLACE) for p in s.flat_args()}
-    if not mutated:
-        return lambda bsym: False
-
-    def updated(bsym: BoundSymbol) -> bool:
-        reached = {p.name for p in bsym.flat_outputs()}
-        for step in steps:
-            if any(p.name in reached for p in step.flat_args()):
-                reached.update(p.name for p in step.flat_outputs())
-        return bool(reached & mutated)
-
-    return updated
+    """A test: is an output of this claim, or a view of it, updated in place (anywhere in the trace)?"""
+    updated = updated_in_place(trace.bound_symbols)
+    return lambda bsym: any(p.name in updated for p in bsym.flat_outputs())
 
 
 def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list], Trace]) -> Trace:

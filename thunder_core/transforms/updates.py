@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import EFFECT, INPLACE, BoundSymbol
+from thunder_core.ir.tree import leaves
 from thunder_core.ops.shapes import VIEW_OPS
 
 
@@ -22,11 +23,41 @@ def _steps(bsyms: Iterable[BoundSymbol]):
         yield from _steps(bsym.subsymbols)
 
 
+def _tensors(value) -> list[TensorProxy]:
+    return [p for p in leaves(value) if isinstance(p, TensorProxy)]
+
+
+def _schema(fn):
+    schema = getattr(fn, "_schema", None)
+    if schema is None:  # an OpOverloadPacket called as is runs its default overload
+        schema = getattr(getattr(fn, "default", None), "_schema", None)
+    return schema
+
+
+def written_arguments(step: BoundSymbol) -> list[TensorProxy]:
+    """The tensor arguments an in-place operation writes: its ``out=`` tensors, else those its
+    operator schema marks written (``Tensor(a!)``), else its first tensor argument (``x.add_(y)``,
+    ``x[i] = y``, ``cache.index_copy_(dim, index, source)``: the source is only read)."""
+    if step.kwargs.get("out") is not None:
+        return _tensors(step.kwargs["out"])
+    schema = _schema(step.symbol.impl)
+    if schema is not None:
+        written = []
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is not None and argument.alias_info.is_write:
+                value = step.args[position] if position < len(step.args) else step.kwargs.get(argument.name)
+                written += _tensors(value)
+        if written:
+            return written
+    return _tensors(step.args)[:1] or _tensors(step.kwargs)[:1]
+
+
 def updated_in_place(bsyms: list[BoundSymbol], start: int = 0, stop: int | None = None) -> set[str]:
     """Names of the tensors that an operation of ``bsyms[start:stop]`` (or of their subsymbols)
-    may update in place (an in-place op, an op that updates an argument it is given, such as
-    batch norm's running statistics, or an op with other effects, such as a hook), together with
-    every view of them and every tensor they are views of (anywhere in ``bsyms``)."""
+    may update in place (what an in-place op writes; every tensor argument of an op that updates
+    an argument it is given, such as batch norm's running statistics, or of an op with other
+    effects, such as a hook), together with every view of them and every tensor they are views
+    of (anywhere in ``bsyms``)."""
     within = {id(s) for s in _steps(bsyms[start:stop])}
     steps = list(_steps(bsyms))
     parent: dict[str, str] = {}
@@ -40,12 +71,15 @@ def updated_in_place(bsyms: list[BoundSymbol], start: int = 0, stop: int | None 
     for step in steps:
         tensors = [p.name for p in step.flat_args() if isinstance(p, TensorProxy)]
         symbol = step.symbol
-        changes = symbol.has_tag(INPLACE) or symbol.has_tag(EFFECT)
-        changes = changes or (symbol.updates_arguments is not None and symbol.updates_arguments(step))
-        if changes and id(step) in within:
+        effect = symbol.has_tag(EFFECT) or (
+            symbol.updates_arguments is not None and symbol.updates_arguments(step)
+        )
+        if symbol.has_tag(INPLACE) and not effect:
+            tensors = [p.name for p in written_arguments(step)]  # the others are only read
+        if (effect or symbol.has_tag(INPLACE)) and id(step) in within:
             updated.extend(tensors)
         if tensors and (symbol.name in VIEW_OPS or symbol.has_tag(INPLACE)):
-            for out in step.flat_outputs():  # the result aliases the first tensor argument
+            for out in step.flat_outputs():  # the result aliases the (first) tensor it views or writes
                 if isinstance(out, TensorProxy) and root(out.name) != root(tensors[0]):
                     parent[root(out.name)] = root(tensors[0])
     if not updated:

@@ -191,10 +191,11 @@ def test_an_unknown_region_mode_is_refused_with_the_choices():
         thunder_core.jit(block, executors=["inductor"], options={"inductor": {"regions": "everything"}})
 
 
-def test_a_region_whose_output_is_updated_in_place_later_is_not_measured():
-    """The KV-cache pattern: a region returns a view of the cache (and computes the new entry),
-    then index_copy_ writes through the view. Another candidate could return a copy, so the
-    claim order decides, and the cache is updated as in eager."""
+def test_a_view_updated_in_place_stays_out_of_regions_and_the_region_before_is_measured():
+    """The KV-cache pattern: a view of the cache, then index_copy_ writes the new entry through
+    it. The view is left to torch (another candidate for a region returning it could return a
+    copy, and the update would miss the cache); the region computing the entry, which the
+    update only reads, is measured. Results and the cache equal eager's."""
 
     def step(cache, x, position):
         window = cache[:1, ...]
@@ -210,8 +211,11 @@ def test_a_region_whose_output_is_updated_in_place_later_is_not_measured():
         torch.testing.assert_close(jfn(cache, x, position), expected)
     torch.testing.assert_close(cache, expected_cache)
     explanation = thunder_core.explain(jfn)
-    (window_report,) = explanation.for_symbol("torch.sin")
-    assert "measured" not in window_report.note, window_report.note
+    (window_report,) = explanation.for_symbol("torch.Tensor.__getitem__")
+    assert window_report.executor == "torch"
+    assert "updated in place" in window_report.declined["inductor"], window_report.declined
+    (entry_report,) = explanation.for_symbol("torch.sin")
+    assert "measured" in entry_report.note, entry_report.note
 
 
 def test_batch_norm_running_statistics_beside_regions_equal_eager():
@@ -229,3 +233,46 @@ def test_batch_norm_running_statistics_beside_regions_equal_eager():
     jfn = thunder_core.jit(stats_before_and_after, executors=["inductor"], select="priority")
     torch.testing.assert_close(jfn(x, *mine), stats_before_and_after(x, *reference))
     torch.testing.assert_close(mine, reference)
+
+
+def _attention_heads(x, w):
+    """Heads split by views of a region's result, and a transposed weight for the matmul."""
+    h = torch.tanh(x) * 2
+    heads = h.view(2, 8, 4, 4).transpose(1, 2)  # views of the region's result
+    scores = (h * 3).transpose(1, 2).reshape(2, 128)  # reshape of a non-contiguous tensor: a copy
+    return heads, scores @ w.t()
+
+
+def test_views_of_a_regions_results_run_after_it_with_torch():
+    """Returning a view makes each call of an Inductor region rebuild it in Python; views of its
+    results (not copies) run after the region, by torch, and give eager's values and aliasing."""
+    x, w = torch.randn(2, 8, 16), torch.randn(32, 128)
+    jfn = thunder_core.jit(_attention_heads, executors=["inductor"])
+    heads, out = jfn(x, w)
+    expected_heads, expected = _attention_heads(x, w)
+    torch.testing.assert_close(heads, expected_heads)
+    torch.testing.assert_close(out, expected)
+    assert heads.stride() == expected_heads.stride()
+    final = thunder_core.last_traces(jfn)[-1]
+    after = [b.symbol.name for b in final.bound_symbols if b.executor == "torch"]
+    assert {"view", "transpose", "t"} <= set(after), after  # the heads and the weight's transpose
+    (region,) = [b for b in final.bound_symbols if b.executor == "inductor"]
+    inside = {s.symbol.name for s in region.subsymbols}
+    assert "reshape" in inside and "view" not in inside and "t" not in inside, inside
+    heads_transpose, scores_transpose = thunder_core.explain(jfn).for_symbol("torch.transpose")
+    assert heads_transpose.executor == "torch" and "run after it" in heads_transpose.declined["inductor"]
+    assert scores_transpose.executor == "inductor"  # read inside the region: stays there
+
+
+def test_views_after_regions_in_training_give_eager_gradients():
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    w = torch.randn(32, 128, requires_grad=True)
+    jfn = thunder_core.jit(_attention_heads, executors=["inductor"])
+    heads, out = jfn(x, w)
+    (heads.sum() + out.square().sum()).backward()
+    ex, ew = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    expected_heads, expected = _attention_heads(ex, ew)
+    (expected_heads.sum() + expected.square().sum()).backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, ex.grad)
+    torch.testing.assert_close(w.grad, ew.grad)

@@ -69,6 +69,7 @@ class InductorExecutor(FusionExecutor):
 
     default_priority = 10
     min_region_size = 2
+    views_after_region = True  # Inductor keeps each result's strides; a returned view is rebuilt per call
 
     def __init__(self, regions: str = "fusion", inductor_options: dict | None = None, warm_up=None):
         if regions not in REGIONS:
