@@ -33,15 +33,11 @@ def measure(backend: str, name: str, top: int) -> dict:
     import torch
     from backends import wrap
     from torch._inductor.codecache import PyCodeCache
-    from training_step import BATCH, LENGTH, build_model, loss_of
+    from training_step import BATCH, LENGTH, build_model, step_of
 
     model = wrap(build_model(name), backend)
     idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
-
-    def step():
-        for p in model.parameters():
-            p.grad = None
-        loss_of(model, idx, name).backward()
+    step = step_of(model, idx, name)
 
     for _ in range(4):
         step()

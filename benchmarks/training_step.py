@@ -82,6 +82,19 @@ def loss_of(model, idx, name: str):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
 
 
+def step_of(model, idx, name: str):
+    """One training step of ``model`` on ``idx`` (gradients reset, loss backpropagated), returning the loss."""
+
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        loss = loss_of(model, idx, name)
+        loss.backward()
+        return loss
+
+    return step
+
+
 def measure(backend: str, steps: int, what: str, name: str = "litgpt") -> dict:
     import torch
     from backends import wrap
@@ -91,14 +104,7 @@ def measure(backend: str, steps: int, what: str, name: str = "litgpt") -> dict:
     idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
     start = time.perf_counter()  # the first call counts wrapping too: torch.compile's is lazy
     model = wrap(model, backend)
-
-    def step():
-        for p in model.parameters():
-            p.grad = None
-        loss = loss_of(model, idx, name)
-        loss.backward()
-        return loss
-
+    step = step_of(model, idx, name)
     loss = step().item()
     first_call = time.perf_counter() - start
     if what == "memory":
@@ -143,11 +149,7 @@ def _fixed_kernels(model, idx, name: str) -> dict:
     """Time per eager step in the GEMM and attention kernels, which every backend here calls as they are."""
     from torch.profiler import ProfilerActivity, profile
 
-    def step():
-        for p in model.parameters():
-            p.grad = None
-        loss_of(model, idx, name).backward()
-
+    step = step_of(model, idx, name)
     for _ in range(2):
         step()
     steps = 5

@@ -77,15 +77,11 @@ def main() -> None:
         def step():
             return model(token, position)
     else:
-        from training_step import BATCH, LENGTH, build_model, loss_of
+        from training_step import BATCH, LENGTH, build_model, step_of
 
         model = thunder_core.jit(build_model("litgpt"))
         idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
-
-        def step():
-            for p in model.parameters():
-                p.grad = None
-            loss_of(model, idx, "litgpt").backward()
+        step = step_of(model, idx, "litgpt")
 
     step()
     times = []

@@ -79,3 +79,18 @@ def test_a_custom_ops_schema_says_which_argument_is_written():
     assert _names_of(trace, 1) <= updated and not _names_of(trace, 0) & updated
     exp = next(b for b in trace.bound_symbols if b.symbol.name == "exp").output
     assert exp.name not in updated
+
+
+def test_every_tensor_of_a_foreach_list_is_written():
+    def scale_both(a, b, c):
+        torch._foreach_mul_([a, b], 2.0)
+        return a + b + c
+
+    inputs = [torch.ones(3), torch.ones(3), torch.ones(3)]
+    expected_inputs = [x.clone() for x in inputs]
+    expected = scale_both(*expected_inputs)
+    trace, result = _captured(scale_both, *inputs)
+    torch.testing.assert_close(result, expected)
+    torch.testing.assert_close(inputs, expected_inputs)
+    updated = updated_in_place(trace.bound_symbols)
+    assert _names_of(trace, 0, 1) <= updated and not _names_of(trace, 2) & updated

@@ -107,20 +107,25 @@ def _is_inplace(fn, kwargs) -> bool:
     return kwargs.get("out") is not None or _schema_mutates(fn)
 
 
+def operator_schema(fn):
+    """The operator schema of a torch callable (an OpOverload, or an OpOverloadPacket called as
+    is, which runs its default overload); None for callables without one (Python functions,
+    ``torch.Tensor`` methods)."""
+    try:
+        schema = getattr(fn, "_schema", None)
+        if schema is None:
+            schema = getattr(getattr(fn, "default", None), "_schema", None)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    return schema
+
+
 def _schema_mutates(fn) -> bool:
     """Whether an operator's schema says it writes to an argument (``Tensor(a!)``): custom ops
     declared with ``torch.library.custom_op(..., mutates_args=...)`` and ATen's mutating ops,
     whatever their names."""
-    try:
-        schema = getattr(fn, "_schema", None)
-        if schema is not None:
-            return bool(schema.is_mutable)
-        default = getattr(fn, "default", None)  # an OpOverloadPacket called as is runs .default
-        if default is not None and hasattr(default, "_schema"):
-            return bool(default._schema.is_mutable)
-    except (AttributeError, RuntimeError, TypeError):
-        pass
-    return False
+    schema = operator_schema(fn)
+    return schema is not None and bool(schema.is_mutable)
 
 
 # Torch callables without a symbol of their own that draw random numbers: recorded as opaque calls

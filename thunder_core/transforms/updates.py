@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import EFFECT, INPLACE, BoundSymbol
 from thunder_core.ir.tree import leaves
+from thunder_core.ops.registry import operator_schema
 from thunder_core.ops.shapes import VIEW_OPS
 
 
@@ -27,20 +28,14 @@ def _tensors(value) -> list[TensorProxy]:
     return [p for p in leaves(value) if isinstance(p, TensorProxy)]
 
 
-def _schema(fn):
-    schema = getattr(fn, "_schema", None)
-    if schema is None:  # an OpOverloadPacket called as is runs its default overload
-        schema = getattr(getattr(fn, "default", None), "_schema", None)
-    return schema
-
-
 def written_arguments(step: BoundSymbol) -> list[TensorProxy]:
     """The tensor arguments an in-place operation writes: its ``out=`` tensors, else those its
-    operator schema marks written (``Tensor(a!)``), else its first tensor argument (``x.add_(y)``,
-    ``x[i] = y``, ``cache.index_copy_(dim, index, source)``: the source is only read)."""
+    operator schema marks written (``Tensor(a!)``), else the tensors of its first argument that
+    holds any (``x.add_(y)``, ``x[i] = y``, ``cache.index_copy_(dim, index, source)``: the source
+    is only read; ``torch._foreach_add_(tensors, others)``: every tensor of the first list)."""
     if step.kwargs.get("out") is not None:
         return _tensors(step.kwargs["out"])
-    schema = _schema(step.symbol.impl)
+    schema = operator_schema(step.symbol.impl)
     if schema is not None:
         written = []
         for position, argument in enumerate(schema.arguments):
@@ -49,7 +44,10 @@ def written_arguments(step: BoundSymbol) -> list[TensorProxy]:
                 written += _tensors(value)
         if written:
             return written
-    return _tensors(step.args)[:1] or _tensors(step.kwargs)[:1]
+    for value in (*step.args, *step.kwargs.values()):
+        if _tensors(value):
+            return _tensors(value)
+    return []
 
 
 def updated_in_place(bsyms: list[BoundSymbol], start: int = 0, stop: int | None = None) -> set[str]:
