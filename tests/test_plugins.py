@@ -13,6 +13,7 @@ from plugin_packages import install_all, uninstall_all
 
 import thunder_core
 from thunder_core import ConfigError, PluginError
+from thunder_core.executors import selection
 from thunder_core.plugins.manager import plugin_manager, reset_plugin_manager
 
 ENV = ("THUNDER_CORE_EXECUTORS", "THUNDER_CORE_PLUGINS", "THUNDER_CORE_DISABLE", "THUNDER_CORE_NO_AUTOLOAD",
@@ -517,6 +518,34 @@ def test_a_slow_executor_loses_its_regions_to_a_faster_one_when_measured(monkeyp
     assert report.declined["slowfuse"] == f"claimed it, but {report.executor} ran faster"
     assert "measured slowfuse" in report.note and "goodfuse" in report.note, report.note
     assert f"{report.executor} kept" in report.note, report.note
+
+
+def _three_layers(x, w):
+    x = x @ w  # each region between two matmuls
+    for _ in range(3):
+        x = _exp_chain(x, x) @ w  # the matmul, claimed by neither, separates the regions
+    return x
+
+
+def test_identical_claims_are_measured_once_per_process(monkeypatch):
+    """Three layers make three identical regions: the first is measured, the other two take its
+    winner without timing slowfuse again, and explain says where their timings come from."""
+    monkeypatch.delenv("THUNDER_CORE_SELECT", raising=False)
+    slow = importlib.import_module("tc_slowfuse")
+    slow.RUNS.clear()
+    x, w = torch.randn(5, 7) * 0.1, torch.randn(7, 7) * 0.1  # shapes no other test measures
+    jfn = thunder_core.jit(_three_layers, executors=["slowfuse", "goodfuse"])
+    torch.testing.assert_close(jfn(x, w), _three_layers(x, w))
+    reports = thunder_core.explain(jfn).for_symbol("torch.exp")
+    assert len(reports) == 3 and all(r.executor in ("goodfuse", "torch") for r in reports), reports
+    assert ["identical claim earlier" in r.note for r in reports] == [False, True, True], reports
+    assert 0 < len(slow.RUNS) <= 1 + selection.MAX_ROUNDS, slow.RUNS  # one region's warm-up and rounds
+    runs = len(slow.RUNS)
+    again = thunder_core.jit(_three_layers, executors=["slowfuse", "goodfuse"])
+    torch.testing.assert_close(again(x, w), _three_layers(x, w))
+    assert len(slow.RUNS) == runs  # a second job in the process: nothing measured again
+    torch.testing.assert_close(again(x[:4], w), _three_layers(x[:4], w))
+    assert len(slow.RUNS) > runs  # other shapes: measured afresh
 
 
 def test_priority_keeps_the_claim_order_without_measuring(monkeypatch):

@@ -20,7 +20,9 @@ raises drops out, with the warning ``report_failure`` gives), then timed in inte
 within ``ROUND_BUDGET_S`` per claim, each run on a copy of the inputs that is out of the CPU's
 caches (``executors/caches.py``); each candidate's fastest run counts. The choice is kept with
 the compiled program (the generated code calls the winner directly from then on) and shown by
-``explain``.
+``explain``. A claim identical to one measured earlier in the process (the same operations on
+inputs of the same metadata, with the same candidates: the layers of a model compiled as one
+program) takes the earlier winner without being measured again.
 
 Claims with effects (in-place updates, random draws, hooks) are not measured: running them
 more than once would repeat the effect; claim order decides them, as with ``select="priority"``.
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor
 from thunder_core.executors.caches import ColdInputs
@@ -42,6 +44,7 @@ from thunder_core.executors.failures import FirstCall, _strict, report_failure
 from thunder_core.executors.fusion import operations, torch_fallback
 from thunder_core.executors.memory import fused_bytes, headroom, held_bytes, region_bytes
 from thunder_core.executors.regions import Region, RegionNotSupported
+from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import PYTHON, BoundSymbol, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ops.shapes import VIEW_OPS
@@ -71,23 +74,62 @@ class Selection:
     chosen: str
     seconds: dict[str, float]
     failed: dict[str, str]
+    earlier: bool = False  # taken from an identical claim measured before in this process
 
     def __str__(self) -> str:
         timings = ", ".join(f"{name} {s * 1e6:.1f} us" for name, s in self.seconds.items())
         failed = "".join(f"; {name} failed: {why}" for name, why in self.failed.items())
-        return f"measured {timings}: {self.chosen} kept{failed}"
+        where = " (measured on an identical claim earlier)" if self.earlier else ""
+        return f"measured {timings}{where}: {self.chosen} kept{failed}"
+
+
+# Decisions by claim key (``claim_key``): a claim identical to one measured before in this
+# process (the same operations on inputs of the same metadata, with the same candidates; the
+# layers of a model that is not compiled as repeated blocks) takes the same winner unmeasured.
+_DECISIONS: dict[tuple, Selection] = {}
+
+
+def _canonical(value, names: dict[str, str]):
+    if isinstance(value, TensorProxy):
+        if value.name not in names:
+            names[value.name] = f"v{len(names)}"
+            return (names[value.name], tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
+        return names[value.name]
+    if isinstance(value, PROXY_TYPES):
+        return names.setdefault(value.name, f"v{len(names)}")
+    if isinstance(value, (list, tuple)):
+        return tuple(_canonical(x, names) for x in value)
+    if isinstance(value, dict):
+        return tuple((k, _canonical(v, names)) for k, v in value.items())
+    return repr(value)
+
+
+def claim_key(bsym: BoundSymbol, owner, executors: list, candidates: list[Candidate]) -> tuple:
+    """What makes two claims the same choice: the claiming executor and the job's executors (the
+    objects, not their names), the candidates measured, and the operations up to names with
+    their inputs' shapes, strides, dtypes and devices."""
+    names: dict[str, str] = {}
+    inputs = _canonical(bsym.args, names)
+    fused = isinstance(owner, FusionExecutor)  # a region's own name differs from region to region
+    ops = tuple(
+        (s.symbol.printed_name, _canonical(s.args, names), _canonical(s.kwargs, names), _canonical(s.output, names))
+        for s in (bsym.subsymbols if fused else [bsym])
+    )
+    return owner, tuple(executors), tuple(c.name for c in candidates), inputs, ops
 
 
 class Measured:
     """Runs the fastest of ``candidates``, chosen by timing them on the first call's inputs.
 
     The first candidate is the claim as made; the generated code is rebound to the winner
-    after the first call (``attach_to_namespace``, as ``FirstCall`` does).
+    after the first call (``attach_to_namespace``, as ``FirstCall`` does). A claim whose
+    ``key`` was measured before in this process takes that winner without measuring again.
     """
 
-    def __init__(self, candidates: list[Candidate], operations: str):
+    def __init__(self, candidates: list[Candidate], operations: str, key: tuple | None = None):
         self.candidates = candidates
         self._operations = operations
+        self._key = key
         self._strict = _strict.get()
         self._slots: list[tuple[dict, str]] = []
         self.selection: Selection | None = None
@@ -124,9 +166,34 @@ class Measured:
                 result = out
         return ready, failed, result
 
+    def _decided_before(self, args, kwargs):
+        """The winner of an identical claim measured earlier, compiled and run; None if there is
+        none or it fails here (then every candidate is measured)."""
+        earlier = _DECISIONS.get(self._key) if self._key is not None else None
+        candidate = next((c for c in self.candidates if earlier and c.name == earlier.chosen), None)
+        if candidate is None:
+            return None
+        try:
+            fn = candidate.make()
+            result = fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - measured afresh, which reports the failure properly
+            return None
+        return replace(earlier, earlier=True), fn, result
+
+    def _bind(self, fn) -> None:
+        self.fn = fn
+        for namespace, name in self._slots:
+            if namespace.get(name) is self:
+                namespace[name] = fn
+
     def __call__(self, *args, **kwargs):
         if self.fn is not None:
             return self.fn(*args, **kwargs)
+        decided = self._decided_before(args, kwargs)
+        if decided is not None:
+            self.selection, fn, result = decided
+            self._bind(fn)
+            return result
         ready, failed, result = self._compile_and_warm_up(args, kwargs)
         if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
             raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
@@ -136,10 +203,9 @@ class Measured:
         claimed = self.candidates[0].name
         if claimed in failed:
             self.failure = failed[claimed]
-        self.fn = ready[chosen]
-        for namespace, name in self._slots:
-            if namespace.get(name) is self:
-                namespace[name] = self.fn
+        elif self._key is not None:
+            _DECISIONS[self._key] = self.selection
+        self._bind(ready[chosen])
         return result
 
 
@@ -297,7 +363,8 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             bsyms.append(bsym)
             continue
         ops = list(bsym.subsymbols) or [bsym]
-        bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops))))
+        key = claim_key(bsym, owner, executors, candidates)
+        bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key)))
         changed = True
     if not changed:
         return trace

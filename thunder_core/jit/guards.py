@@ -108,33 +108,45 @@ class TooMuchState(CaptureError):
     """More Python state is reachable than guards can check cheaply on every call."""
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(source: str) -> types.CodeType:
+    """Guard source compiled once per process: a re-walk of the same module tree (``rebind``, after
+    ``set_kv_cache`` replaced submodules) generates the same text, bound to fresh objects."""
+    return compile(source, "<thunder_core guard>", "exec")
+
+
 class Guard:
     """A compiled set of checks; ``check()`` is None while every guarded value is unchanged."""
 
     def __init__(self, checks: list[tuple[str, str]], namespace: dict[str, Any], descriptions: list):
         lines = ["def check():"]
-        every = ["def failures():", "    out = []"]
         for index, (value, condition) in enumerate(checks):
             lines += [f"    v = {value}", f"    if not ({condition}): return ({index}, v)"]
-            every += [
-                "    try:",
-                f"        v = {value}",
-                f"        if not ({condition}): out.append(({index}, v))",
-                "    except Exception as error:",
-                f"        out.append(({index}, error))",
-            ]
         self.source = "\n".join(lines) + "\n    return None\n"
         self.descriptions = descriptions
-        source = self.source + "\n" + "\n".join(every) + "\n    return out\n"
-        exec(compile(source, "<thunder_core guard>", "exec"), namespace)
+        self._checks = checks
+        self._namespace = namespace
+        exec(_compiled(self.source), namespace)
         self.check = namespace["check"]
-        self._failures = namespace["failures"]
+        self._failures = None  # compiled when first asked for (a miss, ``cache_info``)
 
     def __len__(self) -> int:
         return len(self.descriptions)
 
     def failures(self) -> list[tuple[int, Any]]:
         """Every check that no longer holds, as ``(index, current value)``."""
+        if self._failures is None:
+            every = ["def failures():", "    out = []"]
+            for index, (value, condition) in enumerate(self._checks):
+                every += [
+                    "    try:",
+                    f"        v = {value}",
+                    f"        if not ({condition}): out.append(({index}, v))",
+                    "    except Exception as error:",
+                    f"        out.append(({index}, error))",
+                ]
+            exec(_compiled("\n".join(every) + "\n    return out\n"), self._namespace)
+            self._failures = self._namespace["failures"]
         return self._failures()
 
     def describe(self, failure: tuple[int, Any]) -> str:
