@@ -112,7 +112,12 @@ def claim_key(bsym: BoundSymbol, owner, executors: list, candidates: list[Candid
     inputs = _canonical(bsym.args, names)
     fused = isinstance(owner, FusionExecutor)  # a region's own name differs from region to region
     ops = tuple(
-        (s.symbol.printed_name, _canonical(s.args, names), _canonical(s.kwargs, names), _canonical(s.output, names))
+        (
+            s.symbol.printed_name,
+            _canonical(s.args, names),
+            _canonical(s.kwargs, names),
+            _canonical(s.output, names),
+        )
         for s in (bsym.subsymbols if fused else [bsym])
     )
     return owner, tuple(executors), tuple(c.name for c in candidates), inputs, ops
