@@ -68,6 +68,7 @@ def jit(
     recompile_limit: int = DEFAULT_RECOMPILE_LIMIT,
     cache: str = "guarded",
     reuse_blocks: bool = True,
+    dynamic: bool | None = None,
 ):
     """Compile a function of tensors, or an ``nn.Module``.
 
@@ -96,9 +97,16 @@ def jit(
     block; calls that did the same operations on tensors of the same metadata are
     differentiated, claimed and compiled once and share the result. ``reuse_blocks=False``
     compiles every layer's operations separately.
+
+    Sizes: the first call compiles for its inputs' sizes. With ``dynamic=None`` (the default),
+    a later call whose tensors differ only in sizes compiles once more with the dimensions
+    that changed symbolic (``s0`` in the printed trace), and that program serves every later
+    size its size guards accept; ``dynamic=True`` makes every dimension of the arguments
+    symbolic from the first call, ``dynamic=False`` compiles each new size.
     """
     arguments = {"executors": executors, "plugins": plugins, "options": options, "disable": disable,
-                 "select": select, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks}  # fmt: skip
+                 "select": select, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks,
+                 "dynamic": dynamic}  # fmt: skip
     if isinstance(fn, nn.Module):
         return ThunderModule.from_arguments(fn, arguments)
     if not callable(fn):

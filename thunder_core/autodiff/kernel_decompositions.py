@@ -13,7 +13,7 @@ import torch
 from thunder_core.autodiff import kernels as K
 from thunder_core.autodiff.rules import basic_index_backward
 from thunder_core.ops._helpers import NoDecomposition, canonical_dim, convert
-from thunder_core.ops.indexing import expand_basic_index
+from thunder_core.ops.indexing import expand_basic_index, slice_bounds
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
 
 
@@ -85,10 +85,10 @@ def _basic_index_backward(g, shape, index):
     spans = []  # (start, length) per dim of ``shape``
     for item, size in zip((item for item in items if item is not None), shape):
         if isinstance(item, slice):
-            start, stop, step = item.indices(size)
+            start, stop, step = slice_bounds(item, size)
             if step != 1:
                 raise NoDecomposition
-            spans.append((start, max(stop - start, 0)))
+            spans.append((start, torch.sym_max(stop - start, 0)))
         else:
             spans.append((item % size, 1))
     if g.numel() == 0:

@@ -17,6 +17,7 @@ from thunder_core.capture.mode import CaptureMode
 from thunder_core.capture.module_hooks import module_backward_hooks_recorded
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
+from thunder_core.capture.symbolic import SymbolicSizes, capturing_symbolically
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.trace import Provenance, Trace
@@ -54,14 +55,15 @@ def _identifier(path: str) -> str:
 class _InputBuilder:
     """Replaces tensors in the user's arguments by named proxies, in the runtime leaf order."""
 
-    def __init__(self):
+    def __init__(self, sizes: SymbolicSizes | None = None):
         self.inputs: list = []
         self.taken: set[str] = set(RESERVED_NAMES)
+        self._sizes = sizes
 
     def _name(self, path: str) -> str:
         base = _identifier(path)
         name, n = base, 0
-        while name in self.taken or re.fullmatch(r"t\d+", name):
+        while name in self.taken or re.fullmatch(r"[ts]\d+", name):
             n += 1
             name = f"{base}_{n}"
         self.taken.add(name)
@@ -69,7 +71,11 @@ class _InputBuilder:
 
     def proxify(self, x, path: str):
         if isinstance(x, torch.Tensor):
-            proxy = TensorProxy(self._name(path), x.shape, x.dtype, x.device, x.requires_grad, x.stride())
+            name = self._name(path)
+            shape, strides = x.shape, x.stride()
+            if self._sizes is not None:
+                shape, strides = self._sizes.metadata(x, len(self.inputs), name)
+            proxy = TensorProxy(name, shape, x.dtype, x.device, x.requires_grad, strides)
             self.inputs.append(proxy)
             return proxy
         if isinstance(x, (bool, int, float, complex)):
@@ -165,6 +171,7 @@ def capture(
     extra_binder=None,
     guard_builder=None,
     block_modules=(),
+    symbolic_sizes: SymbolicSizes | None = None,
 ) -> tuple[Trace, list[torch.Tensor]]:
     """Run ``fn(*args, **kwargs)`` on proxies and return the trace of what it did.
 
@@ -176,10 +183,11 @@ def capture(
     (module attributes, globals, closures): they are the trace's last inputs. With a
     ``guard_builder``, the globals read by the user code that runs are guarded as they were
     before that code ran. Each call of one of ``block_modules`` is recorded as one ``block``
-    bound symbol holding its operations (``thunder_core.capture.blocks``).
+    bound symbol holding its operations (``thunder_core.capture.blocks``). With
+    ``symbolic_sizes``, the dimensions it names of the inputs have symbolic sizes.
     """
     start = time.perf_counter()
-    builder = _InputBuilder()
+    builder = _InputBuilder(symbolic_sizes)
     proxy_args = tuple(
         builder.proxify(a, positional_names[i] if i < len(positional_names) else f"args_{i}")
         for i, a in enumerate(args)
@@ -199,6 +207,7 @@ def capture(
     )
     with (
         _compiling(),
+        capturing_symbolically(symbolic_sizes),
         record_scope(recorder),
         autograd_functions_recorded_whole(),
         module_backward_hooks_recorded(),
@@ -240,6 +249,8 @@ def capture(
                     "tuples, lists, dicts or dataclasses registered with torch.utils._pytree."
                 )
         out = flat
+    if symbolic_sizes is not None:
+        symbolic_sizes.name_sizes(builder.inputs)
     trace = Trace(
         inputs=builder.inputs,
         bound_symbols=recorder.bound_symbols,

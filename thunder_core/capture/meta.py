@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from thunder_core.capture import symbolic
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.tree import leaves, tree_map
 
@@ -145,7 +146,8 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
     """
     device = _target_device(args, kwargs)
     key = None
-    if not inplace:
+    sizes = symbolic.sizes_of(leaves((args, kwargs)))
+    if not inplace and sizes is None:  # symbolic sizes: not hashable, never memoized
         try:
             key = _memo_key(fn, args, kwargs)
             spec = _memo.get(key)
@@ -161,7 +163,10 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
                     ),
                     spec,
                 )
-    out, by_meta = _meta_outputs(fn, args, kwargs)
+    if sizes is not None:
+        out, by_meta = _fake_outputs(sizes, fn, args, kwargs)
+    else:
+        out, by_meta = _meta_outputs(fn, args, kwargs)
     if key is not None:
         try:
             spec = _spec(out)
@@ -183,6 +188,33 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
         return new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride())
 
     return tree_map(to_proxy, out)
+
+
+def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict):
+    """``fn``'s outputs on fake tensors of a symbolic capture (sizes stay symbolic), and the input
+    proxy behind each fake (by id)."""
+    fakes: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+
+    def to_fake(x):
+        if isinstance(x, TensorProxy):
+            found = fakes.get(id(x))
+            if found is not None:
+                return found[0]
+            fake = sizes.fake(x)
+            if x.requires_grad:
+                with sizes.fake_mode:
+                    fake = fake.requires_grad_().clone()  # a non-leaf, as in _meta_outputs
+            fakes[id(x)] = (fake, x)
+            return fake
+        if isinstance(x, torch.Tensor):
+            constant = sizes.fake_mode.from_tensor(x.detach())
+            return constant.requires_grad_(x.requires_grad and x.is_floating_point())
+        return x
+
+    fake_args, fake_kwargs = tree_map(to_fake, args), tree_map(to_fake, kwargs)
+    with sizes.fake_mode:
+        out = fn(*fake_args, **fake_kwargs)
+    return out, {id(fake): proxy for fake, proxy in fakes.values()}
 
 
 def _meta_outputs(fn, args: tuple, kwargs: dict):

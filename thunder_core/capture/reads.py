@@ -13,6 +13,7 @@ name with the attribute names loaded right after it (``settings.SCALE`` ->
 from __future__ import annotations
 
 import dis
+import importlib.util
 import os
 import random
 import sys
@@ -24,7 +25,24 @@ from types import CodeType
 import torch
 
 _THUNDER_CORE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_NEVER_USER = (os.path.dirname(torch.__file__) + os.sep, _THUNDER_CORE_DIR)
+
+
+def _package_dir(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(spec.origin) + os.sep if spec is not None and spec.origin else None
+
+
+# torch, thunder_core, and the libraries torch's symbolic sizes compute with (sympy, mpmath).
+_NEVER_USER = tuple(
+    d
+    for d in (
+        os.path.dirname(torch.__file__) + os.sep,
+        _THUNDER_CORE_DIR,
+        _package_dir("sympy"),
+        _package_dir("mpmath"),
+    )
+    if d is not None
+)
 _STDLIB = tuple({sysconfig.get_paths()["stdlib"] + os.sep, os.path.dirname(os.__file__) + os.sep})
 _INSTALLED = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _GLOBAL_LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
@@ -168,6 +186,14 @@ def _user_place(frame) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "the function"
 
 
+def _drawn_by_libraries(frame) -> bool:
+    """Whether the code that called into the standard library at ``frame`` is torch's,
+    thunder_core's or the symbolic-size libraries' (sympy picks random test points)."""
+    while frame is not None and frame.f_code.co_filename.startswith(_STDLIB):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(_NEVER_USER)
+
+
 class ExecutedUserCode:
     """Context manager: calls ``on_first_entry(code, f_globals)`` for each user code object entered.
 
@@ -200,7 +226,7 @@ class ExecutedUserCode:
                 self.generator_reset = f"{_user_place(frame)} sets the state of {torch_generator_reset(arg)}"
         elif event == "c_call" and self.random_draw is None:
             generator = _python_random_generator(arg)
-            if generator is not None and not _importing(frame):
+            if generator is not None and not _importing(frame) and not _drawn_by_libraries(frame):
                 self.random_draw = f"{_user_place(frame)} draws from {generator}"
         if self._previous is not None:
             self._previous(frame, event, arg)

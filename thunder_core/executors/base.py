@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from thunder_core.executors.fusion import fuse_regions
 from thunder_core.executors.regions import Region, RegionNotSupported, flatten_to_prims
 from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.symbolic import SYMBOLIC_TYPES, has_symbolic_shape
 from thunder_core.ir.symbols import BoundSymbol, Symbol
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
@@ -93,11 +94,26 @@ class Implementation:
     grad: Callable | None = None
 
 
+_FIXED_SIZES_ONLY = (
+    "runs fixed sizes only, and this operation's sizes are symbolic (compiled for changing shapes)"
+)
+
+
+def has_symbolic_sizes(bsym: BoundSymbol) -> bool:
+    """Whether an argument or result of ``bsym`` has a symbolic size (or is one)."""
+    values = [*bsym.flat_args(), *bsym.flat_outputs()]
+    values += [x for x in leaves((bsym.args, bsym.kwargs)) if isinstance(x, SYMBOLIC_TYPES)]
+    return any(isinstance(x, SYMBOLIC_TYPES) or has_symbolic_shape(x) for x in values)
+
+
 class Executor:
     """Base class: a named executor with a claim priority."""
 
     #: Higher runs first when no explicit order is given.
     default_priority: int = 0
+    #: Whether this executor runs operations whose sizes are symbolic (a trace compiled for
+    #: changing shapes) for every size: an executor that compiles per size leaves them to others.
+    takes_symbolic_sizes: bool = False
 
     def __init__(self, name: str, *, version: str | None = None):
         self.name = name
@@ -121,6 +137,8 @@ class Executor:
 
     def check(self, bsym: BoundSymbol) -> bool | Rejection:
         """True if this executor takes ``bsym``, else a Rejection with the reason."""
+        if not self.takes_symbolic_sizes and has_symbolic_sizes(bsym):
+            return Rejection(_FIXED_SIZES_ONLY)
         impl = self.implementation_for(bsym.symbol)
         if impl is None:
             return Rejection(f"no implementation for {bsym.symbol.printed_name}")

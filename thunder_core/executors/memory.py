@@ -13,7 +13,6 @@ caller holds them throughout, the same at every point, and they are left out.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from thunder_core.ir.proxies import TensorProxy
@@ -24,7 +23,7 @@ from thunder_core.ops.shapes import VIEW_OPS
 
 
 def tensor_bytes(proxy: TensorProxy) -> int:
-    return math.prod(proxy.shape) * proxy.dtype.itemsize
+    return proxy.size_hint_bytes  # symbolic sizes at their captured values: a heuristic, never guarded
 
 
 def held_bytes(

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from thunder_core.ir import symbolic
 from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.symbols import BoundSymbol
 
@@ -90,6 +91,8 @@ class Printer:
     def value(self, x) -> str:
         if isinstance(x, PROXY_TYPES):
             return x.name
+        if isinstance(x, symbolic.SYMBOLIC_TYPES):
+            return symbolic.source(x)
         if x is None or isinstance(x, (bool, int, str)):
             return repr(x)
         if isinstance(x, float):
@@ -195,6 +198,8 @@ def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
         if names:
             lines.append(f"  {', '.join(names)}{',' if len(names) == 1 else ''} = {box}")
         lines.append(f"  {box}.clear()  # the caller's list held the only other reference")
+    for size, name, dim in symbolic.size_symbols(trace.inputs):  # symbolic sizes, bound from the inputs
+        lines.append(f"  {symbolic.source(size)} = {name}.shape[{dim}]")
     last_source = None
     for bsym in trace.bound_symbols:
         if bsym.source is not None and bsym.source != last_source:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from thunder_core.ir.symbolic import hint, source
+
 _SHORT_DTYPE_NAMES = {
     torch.float32: "f32",
     torch.float64: "f64",
@@ -66,8 +68,16 @@ class TensorProxy(torch.Tensor):
 
     def type_string(self) -> str:
         """``cpu f32[2, 3]``: what the printed trace shows for this value."""
-        dims = ", ".join(str(s) for s in self.shape)
+        dims = ", ".join(source(s, strict=False) for s in self.shape)
         return f"{self.device} {short_dtype_name(self.dtype)}[{dims}]"
+
+    @property
+    def size_hint_bytes(self) -> int:
+        """Bytes of the tensor, with each symbolic size at the value it had when captured."""
+        count = 1
+        for size in self.shape:
+            count *= hint(size)
+        return count * self.dtype.itemsize
 
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: D105
         grad = ", requires_grad" if self.requires_grad else ""

@@ -16,6 +16,7 @@ from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
+from thunder_core.jit.dynamic import by_position, changed_dims, check_dynamic, describe_dims, every_dim, fits
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.pipeline import Compiled, compile_function
 
@@ -85,8 +86,10 @@ class ThunderFunction:
         guard_root=None,
         signature_of=None,
         reuse_blocks: bool = True,
+        dynamic: bool | None = None,
         arguments: dict | None = None,
     ):
+        check_dynamic(dynamic)
         if cache not in CACHE_MODES:
             raise ValueError(
                 f"thunder_core.jit: cache={cache!r} is not one of {', '.join(map(repr, CACHE_MODES))}"
@@ -98,7 +101,9 @@ class ThunderFunction:
             "job": job,
             "cache": cache,
             "reuse_blocks": reuse_blocks,
+            "dynamic": dynamic,
         }
+        self._dynamic = dynamic
         self._arguments = arguments  # thunder_core.jit's arguments, for pickling
         self._recompile_limit = recompile_limit
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
@@ -201,8 +206,11 @@ class ThunderFunction:
             out.update(self._state.describe())
         return out
 
-    def _why_recompile(self, key, description: dict[str, str]) -> str:
+    def _why_recompile(self, key, leaves, description: dict[str, str]) -> str:
         """What changed since an earlier entry: a guarded value under the same key, else the inputs."""
+        for compiled in reversed(self._entries):
+            if compiled.size_guard is not None and fits(compiled.key, compiled.symbolic_dims, key):
+                return f"size guard failed: {compiled.size_guard.failing(leaves)}"
         variants = self._variants.get(key)
         if variants:
             latest = variants[-1]
@@ -237,15 +245,19 @@ class ThunderFunction:
             rebound = self._rebind(key)
             if rebound is not None:
                 return self._use(key, rebound, leaves)
+        symbolic = self._symbolic_entry(key, leaves)
+        if symbolic is not None:
+            self._variants.setdefault(key, []).append(symbolic)
+            return self._use(key, symbolic, leaves)
         description = self._describe(args, kwargs)
-        reason = self._why_recompile(key, description)
+        reason = self._why_recompile(key, leaves, description)
         if len(self._entries) >= self._recompile_limit:
             self._warn_recompiles(reason)
             return self._fn(*args, **kwargs)
         if self._eager_reason is not None:
             return self._fn(*args, **kwargs)
         try:
-            compiled = self._compile(args, kwargs)
+            compiled = self._compile(args, kwargs, key, leaves)
         except TooMuchState as error:
             self._eager_reason = str(error)
             warnings.warn(
@@ -255,7 +267,7 @@ class ThunderFunction:
                 stacklevel=3,
             )
             return self._fn(*args, **kwargs)
-        compiled.reason = reason
+        compiled.reason = reason + (f"; {compiled.sizes_note}" if compiled.sizes_note else "")
         self._variants.setdefault(key, []).append(compiled)
         self._entries.append(compiled)
         self._descriptions.append(description)
@@ -294,11 +306,60 @@ class ThunderFunction:
                 return compiled
         return None
 
-    def _compile(self, args, kwargs) -> Compiled:
-        with _garbage_collection_paused():
-            return self._compile_now(args, kwargs)
+    def _symbolic_entry(self, key, leaves) -> Compiled | None:
+        """A compiled entry with symbolic sizes that holds for this call, if one does."""
+        for compiled in reversed(self._entries):
+            if (
+                compiled.size_guard is not None
+                and fits(compiled.key, compiled.symbolic_dims, key)
+                and (compiled.guard is None or compiled.guard.check() is None)
+                and compiled.size_guard(leaves)
+            ):
+                return compiled
+        return None
 
-    def _compile_now(self, args, kwargs) -> Compiled:
+    def _dims_to_make_symbolic(self, key, leaves) -> dict[int, frozenset[int]]:
+        """``{tensor index: dims}`` this compile makes symbolic (``thunder_core.jit.dynamic``)."""
+        if self._dynamic is False:
+            return {}
+        arguments = len(leaves) - (len(self._state.slots) if self._state is not None else 0)
+        if self._dynamic is True:
+            return every_dim(leaves, arguments)
+        in_arguments = {
+            i for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, Tensor)) if p < arguments
+        }
+        for compiled in reversed(self._entries):
+            changed = changed_dims(compiled.key, key)
+            if changed and set(changed) <= in_arguments:
+                merged = dict(compiled.symbolic_dims)
+                for tensor, dims in changed.items():
+                    merged[tensor] = merged.get(tensor, frozenset()) | dims
+                return merged
+        return {}
+
+    def _compile(self, args, kwargs, key, leaves) -> Compiled:
+        with _garbage_collection_paused():
+            dims = self._dims_to_make_symbolic(key, leaves)
+            failed = ""
+            if dims:
+                from thunder_core.capture.symbolic import SymbolicSizes
+
+                try:
+                    compiled = self._compile_now(args, kwargs, SymbolicSizes(by_position(dims, leaves)))
+                except TooMuchState:
+                    raise
+                except Exception as error:  # noqa: BLE001 - compiled with fixed sizes instead, said in reasons
+                    failed = f"sizes fixed: compiling them symbolic failed ({type(error).__name__}: {error})"
+                else:
+                    names = [getattr(p, "name", "?") for p in compiled.traces[0].inputs]
+                    compiled.key, compiled.symbolic_dims = key, dims
+                    compiled.sizes_note = f"symbolic sizes: {describe_dims(by_position(dims, leaves), names)}"
+                    return compiled
+            compiled = self._compile_now(args, kwargs)
+            compiled.key, compiled.sizes_note = key, failed
+            return compiled
+
+    def _compile_now(self, args, kwargs, symbolic_sizes=None) -> Compiled:
         builder = None
         if self._guarded:
             builder = GuardBuilder()
@@ -316,7 +377,8 @@ class ThunderFunction:
             extra_binder=self._state.binder if self._state is not None else None,
             job=self._job,
             guard_builder=builder,
-            block_modules=self._block_modules(),
+            block_modules=self._block_modules() if symbolic_sizes is None else (),
+            symbolic_sizes=symbolic_sizes,
         )
         if builder is not None:
             compiled.guard = builder.build()
@@ -415,7 +477,11 @@ def job_from_arguments(arguments: dict):
 
 
 def jit_options(arguments: dict) -> dict:
-    return {key: arguments[key] for key in ("recompile_limit", "cache", "reuse_blocks") if key in arguments}
+    return {
+        key: arguments[key]
+        for key in ("recompile_limit", "cache", "reuse_blocks", "dynamic")
+        if key in arguments
+    }
 
 
 def _root_name(root) -> str:

@@ -50,6 +50,10 @@ class Compiled:
     guard_tokens: list = field(default_factory=list)  # what each check of the tree walk pins down
     guard_tree_checks: int = 0
     captured_guard: object = None  # the checks added while capturing, as a guard of their own
+    size_guard: object = None  # thunder_core.capture.symbolic.SizeGuard of a trace with symbolic sizes
+    key: tuple = ()  # the cache key of the call it was compiled for
+    symbolic_dims: dict = field(default_factory=dict)  # {tensor index among the inputs: symbolic dims}
+    sizes_note: str = ""  # which sizes are symbolic, or why none are
 
 
 def _torch_only(job):
@@ -135,6 +139,7 @@ def compile_function(
     job=None,
     guard_builder=None,
     block_modules=(),
+    symbolic_sizes=None,
 ) -> Compiled:
     """Capture ``fn`` on these arguments, transform and lower the trace, and compile it.
 
@@ -144,6 +149,9 @@ def compile_function(
     Inside ``torch.autocast``, the program is captured and compiled with autocast off and
     autocast's casts become explicit ops of the trace (so every executor sees the dtypes that
     really flow); running the result under the same autocast changes nothing.
+
+    With ``symbolic_sizes`` (``thunder_core.capture.symbolic.SymbolicSizes``) the dimensions it
+    names are symbolic, and the result's ``size_guard`` says which later inputs it holds for.
     """
     ambient = ambient_autocast()
     with autocast_disabled(ambient):
@@ -156,6 +164,7 @@ def compile_function(
             extra_binder=extra_binder,
             guard_builder=guard_builder,
             block_modules=block_modules,
+            symbolic_sizes=symbolic_sizes,
         )
         if guard_builder is not None:
             guard_builder.lifted_tensors(lifted)
@@ -167,6 +176,8 @@ def compile_function(
             compiled = _compile(
                 flat, lifted, job, ambient, block_inputs=block_input_names(captured.bound_symbols)
             )
+    if symbolic_sizes is not None:
+        compiled.size_guard = symbolic_sizes.guard()  # after every pass: their size guards included
     if _keeps_cpu_memory(job) and any(
         isinstance(p, TensorProxy) and p.device.type == "cpu" for p in captured.inputs
     ):

@@ -11,6 +11,23 @@ from thunder_core.ops.registry import register_torch_op
 T = torch.Tensor
 
 
+def slice_bounds(item: slice, size) -> tuple:
+    """``item.indices(size)`` for a positive step, also when ``size`` or a bound is a SymInt
+    (``slice.indices`` would turn it into a plain int, specializing the size)."""
+    step = 1 if item.step is None else item.step
+    if not isinstance(step, int) or step <= 0:
+        raise NoDecomposition
+
+    def bound(value, default):
+        if value is None:
+            return default
+        if isinstance(value, int) and value < 0:
+            value = value + size
+        return torch.sym_min(torch.sym_max(value, 0), size)
+
+    return bound(item.start, 0), bound(item.stop, size), step
+
+
 def _is_advanced(item) -> bool:
     return is_tensor(item) or isinstance(item, (list, tuple))
 
@@ -51,10 +68,8 @@ def _getitem(a, index):
             starts.append(i), ends.append(i + 1), steps.append(1)
             squeezed.append(dim)
         else:
-            start, stop, step = item.indices(size)
-            if step <= 0:
-                raise NoDecomposition
-            stop = max(stop, start)
+            start, stop, step = slice_bounds(item, size)
+            stop = torch.sym_max(stop, start)
             starts.append(start), ends.append(stop), steps.append(step)
             out_shape.append(("kept", dim))
         dim += 1

@@ -100,7 +100,7 @@ def rematerialize(forward: Trace, backward: Trace) -> tuple[Trace, Trace]:
         proxy = stack.pop()
         name = proxy.name
         # Ties go to saving what the backward reads (nothing recomputed for nothing).
-        weight = 0 if name in inputs else 2 * proxy.nbytes + (name not in needed)
+        weight = 0 if name in inputs else 2 * proxy.size_hint_bytes + (name not in needed)
         graph.add_edge(("in", name), ("out", name), capacity=weight)
         if name in needed:
             graph.add_edge(("out", name), "sink")  # no capacity: unbounded

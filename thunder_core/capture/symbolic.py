@@ -1,0 +1,170 @@
+"""Capturing with symbolic sizes: PyTorch's ``ShapeEnv`` and fake tensors.
+
+``SymbolicSizes`` gives the chosen dimensions of a capture's input tensors symbolic sizes
+(``torch.SymInt`` of one ``ShapeEnv``), so that the proxies carry them, torch's fake kernels
+propagate them through every operation, and a Python branch of the program on a size records a
+guard in the environment. After capture, ``SizeGuard`` checks a later call's inputs against the
+sizes, strides and guards the trace holds for (``ShapeEnv.produce_guards_expression``).
+
+Sizes 0 and 1 are specialized (PyTorch's default): a trace compiled with a symbolic size holds
+for sizes of 2 and more, and a call with size 1 compiles its own trace.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+
+import torch
+
+from thunder_core.ir.symbolic import name_symbols, size_symbols
+
+_active: contextvars.ContextVar[SymbolicSizes | None] = contextvars.ContextVar("symbolic_sizes", default=None)
+
+
+def active() -> SymbolicSizes | None:
+    """The symbolic sizes of the capture running in this context, if any."""
+    return _active.get()
+
+
+def sizes_of(values) -> SymbolicSizes | None:
+    """The symbolic sizes in force for an operation on ``values``: the capture's, or else those
+    of a symbolic size among them (autodiff and later passes record operations too)."""
+    sizes = _active.get()
+    if sizes is not None:
+        return sizes
+    for value in values:
+        for size in (*value.shape, *value.stride()) if isinstance(value, torch.Tensor) else (value,):
+            if isinstance(size, torch.SymInt):
+                return getattr(size.node.shape_env, "thunder_core_sizes", None)
+    return None
+
+
+class SymbolicSizes:
+    """One capture's ``ShapeEnv``: symbolic sizes for ``dims[input position]`` of its inputs."""
+
+    def __init__(self, dims: dict[int, frozenset[int]]):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        self.dims = dims
+        self.shape_env = ShapeEnv()
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=False)
+        self.fakes: dict[int, torch.Tensor] = {}  # input position -> its fake tensor
+        self.names: dict[int, str] = {}  # input position -> its name in the trace
+        self.shape_env.thunder_core_sizes = self
+
+    def metadata(self, tensor: torch.Tensor, position: int, name: str):
+        """``(shape, strides)`` of the input at ``position``: symbolic in its chosen dims."""
+        dims = self.dims.get(position)
+        if not dims:
+            return tensor.shape, tensor.stride()
+        from torch._dynamo.source import LocalSource
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+        context = StatelessSymbolicContext(
+            dynamic_sizes=[
+                DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())
+            ]
+        )
+        stand_in = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
+        fake = self.fake_mode.from_tensor(stand_in, symbolic_context=context, source=LocalSource(name))
+        self.fakes[position] = fake
+        self.names[position] = name
+        return fake.shape, fake.stride()
+
+    def name_sizes(self, inputs) -> None:
+        """Name the size symbols ``s0, s1, ...`` in the order the trace's inputs bind them (after
+        capture: sizes the program found equal share one symbol)."""
+        name_symbols(self.shape_env, [size.node.expr for size, _, _ in size_symbols(inputs)])
+
+    def fake(self, x):
+        """A fake tensor with ``x``'s (possibly symbolic) metadata, for running an operation."""
+        if isinstance(x, torch.Tensor):
+            with self.fake_mode:
+                return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        return x
+
+    def is_symbolic(self) -> bool:
+        """Whether any chosen dimension is still symbolic (not specialized by the program)."""
+        return any(
+            isinstance(s, torch.SymInt) and s.node.expr.free_symbols
+            for fake in self.fakes.values()
+            for s in fake.shape
+        )
+
+    def guard(self) -> SizeGuard:
+        return SizeGuard(self)
+
+
+@contextmanager
+def capturing_symbolically(sizes: SymbolicSizes | None):
+    token = _active.set(sizes)
+    try:
+        yield
+    finally:
+        _active.reset(token)
+
+
+class _Sizes:
+    """What a guard expression reads of a tensor: sizes, strides, and no storage offset (a
+    trace does not depend on where its inputs' data starts)."""
+
+    __slots__ = ("_size", "_stride")
+
+    def __init__(self, tensor: torch.Tensor):
+        self._size, self._stride = tensor.shape, tensor.stride()
+
+    def size(self):
+        return self._size
+
+    def stride(self):
+        return self._stride
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def dim(self) -> int:
+        return len(self._size)
+
+
+class SizeGuard:
+    """Whether a call's tensors fit a symbolic trace: their dims in number, static sizes and
+    strides equal, symbolic ones satisfying every guard the capture recorded."""
+
+    def __init__(self, sizes: SymbolicSizes):
+        positions = sorted(sizes.fakes)
+        fakes = [sizes.fakes[p] for p in positions]
+        self.positions = positions
+        self._input_names = [sizes.names[p] for p in positions]
+        self.expression = sizes.shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
+        self._ndims = [f.dim() for f in fakes]
+        self._check = eval(compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"))
+        self._names = [f"t{i}" for i in range(len(positions))]
+
+    def __call__(self, leaves) -> bool:
+        tensors = {}
+        for name, position, ndim in zip(self._names, self.positions, self._ndims):
+            leaf = leaves[position]
+            if not isinstance(leaf, torch.Tensor) or leaf.dim() != ndim:
+                return False
+            tensors[name] = _Sizes(leaf)
+        try:
+            return bool(self._check(tensors))
+        except Exception:  # noqa: BLE001 - a guard it cannot evaluate is a guard that does not hold
+            return False
+
+    def failing(self, leaves) -> str:
+        """The first of the guard's conditions that ``leaves`` fail (``cache_info`` names it)."""
+        for condition in self.expression.split(" and "):
+            try:
+                tensors = {n: _Sizes(leaves[p]) for n, p in zip(self._names, self.positions)}
+                holds = eval(compile(f"lambda L: {condition}", "<size guard>", "eval"))(tensors)
+            except Exception:  # noqa: BLE001
+                holds = False
+            if not holds:
+                for name, input_name in zip(self._names, self._input_names):
+                    condition = condition.replace(f"L['{name}'].size()", f"{input_name}.shape")
+                    condition = condition.replace(f"L['{name}']", input_name)
+                return condition
+        return "the number of dimensions"

@@ -1,0 +1,90 @@
+"""Symbolic sizes in traces: PyTorch's SymInts, printed readably and bound from the inputs.
+
+A trace compiled for changing sizes has proxies whose sizes are ``torch.SymInt`` of a
+``ShapeEnv`` (``thunder_core.capture.symbolic``). Its printed program names each size symbol
+``s0, s1, ...`` in the order the inputs introduce them, binds it from an input's size at the
+top of the function (``s0 = x.shape[0]``), and prints size expressions as Python
+(``(s0 // 2)``) through torch's own printer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_symbolic(value) -> bool:
+    """A SymInt, SymFloat or SymBool whose value is not a constant."""
+    return isinstance(value, SYMBOLIC_TYPES) and value.node.expr.free_symbols != set()
+
+
+def has_symbolic_shape(x) -> bool:
+    """A tensor (proxy) with a symbolic size or stride."""
+    return isinstance(x, torch.Tensor) and (
+        any(isinstance(s, torch.SymInt) for s in x.shape)
+        or any(isinstance(s, torch.SymInt) for s in x.stride())
+    )
+
+
+def hint(value) -> int | float | bool:
+    """The value a symbolic size had when the trace was captured (for heuristics, never for
+    decisions that change the program: those must go through the ShapeEnv, which guards them)."""
+    if isinstance(value, SYMBOLIC_TYPES):
+        node = value.node
+        return node.hint if node.hint is not None else node.shape_env.size_hint(node.expr)
+    return value
+
+
+def expression(value):
+    """The sympy expression of a SymInt/SymFloat/SymBool (its value if constant)."""
+    return value.node.expr
+
+
+def name_symbols(shape_env, symbols) -> None:
+    """Name ``symbols`` (sympy symbols of ``shape_env``) ``s0, s1, ...`` in this order, after
+    those named before: the names every trace of that environment prints."""
+    import sympy
+
+    names = shape_env.__dict__.setdefault("thunder_core_names", {})
+    for symbol in symbols:
+        if symbol not in names:
+            names[symbol] = sympy.Symbol(f"s{len(names)}", integer=True, positive=True)
+
+
+def size_symbols(inputs) -> list[tuple[object, str, int]]:
+    """``(SymInt, input name, dim)`` for each size symbol an input's size is, first occurrence
+    only, in input order: the bindings at the top of a printed trace."""
+    found, seen = [], set()
+    for proxy in inputs:
+        if not isinstance(proxy, torch.Tensor):
+            continue
+        for dim, size in enumerate(proxy.shape):
+            if isinstance(size, torch.SymInt):
+                expr = size.node.expr
+                if expr.is_Symbol and expr not in seen:
+                    seen.add(expr)
+                    found.append((size, proxy.name, dim))
+    return found
+
+
+def source(value, strict: bool = True) -> str:
+    """Python source of a size (an int, or a SymInt/SymFloat/SymBool as an expression of the
+    named size symbols: ``s0``, ``(s0 // 2)``, ``2*s1``). Not ``strict``: a symbol not named
+    yet (while capturing) prints as the ShapeEnv calls it."""
+    if not isinstance(value, SYMBOLIC_TYPES):
+        return repr(value)
+    from torch.utils._sympy.printers import PythonPrinter
+
+    expr = value.node.expr
+    names = getattr(value.node.shape_env, "thunder_core_names", {})
+    missing = expr.free_symbols - set(names)
+    if missing and strict:
+        raise SymbolicSizeError(
+            f"the size expression {expr} uses {', '.join(sorted(map(str, missing)))}, which no input's size gives"
+        )
+    return PythonPrinter().doprint(expr.xreplace(names))
+
+
+class SymbolicSizeError(RuntimeError):
+    """A symbolic trace that cannot be printed as a program of its inputs' sizes."""
