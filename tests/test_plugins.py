@@ -541,7 +541,7 @@ def test_identical_claims_are_measured_once_per_process(monkeypatch):
     assert ["identical claim earlier" in r.note for r in reports] == [False, True, True], reports
     assert 0 < len(slow.RUNS) <= 1 + selection.MAX_ROUNDS, slow.RUNS  # one region's warm-up and rounds
     runs = len(slow.RUNS)
-    again = thunder_core.jit(_three_layers, executors=["slowfuse", "goodfuse"])
+    again = thunder_core.jit(_three_layers, executors=["slowfuse", "goodfuse"], dynamic=False)
     torch.testing.assert_close(again(x, w), _three_layers(x, w))
     assert len(slow.RUNS) == runs  # a second job in the process: nothing measured again
     torch.testing.assert_close(again(x[:4], w), _three_layers(x[:4], w))

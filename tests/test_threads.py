@@ -63,7 +63,7 @@ def test_threads_calling_one_jitted_module(executors, grad):
                     torch.testing.assert_close(a, e)
 
     assert run_in_threads(work) == []
-    assert thunder_core.cache_info(jmodel).entries >= 4
+    assert thunder_core.cache_info(jmodel).entries >= 2  # size 1, then sizes >= 2 (symbolic or per size)
 
 
 SCALE = 3.0

@@ -139,6 +139,7 @@ class SizeGuard:
         self._input_names = [sizes.names[p] for p in positions]
         self.expression = sizes.shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
         self._ndims = [f.dim() for f in fakes]
+        self.is_symbolic = sizes.is_symbolic()  # False when the program fixed every symbolic size
         self._check = eval(compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"))
         self._names = [f"t{i}" for i in range(len(positions))]
 

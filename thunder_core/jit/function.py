@@ -104,6 +104,7 @@ class ThunderFunction:
             "dynamic": dynamic,
         }
         self._dynamic = dynamic
+        self._fixed_dims: set[tuple[int, int]] = set()  # (tensor index, dim) the program specialized
         self._arguments = arguments  # thunder_core.jit's arguments, for pickling
         self._recompile_limit = recompile_limit
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
@@ -323,8 +324,9 @@ class ThunderFunction:
         if self._dynamic is False:
             return {}
         arguments = len(leaves) - (len(self._state.slots) if self._state is not None else 0)
+        tensors = [x for x in leaves if isinstance(x, Tensor)]
         if self._dynamic is True:
-            return every_dim(leaves, arguments)
+            return self._worth_trying(every_dim(leaves, arguments), tensors)
         in_arguments = {
             i for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, Tensor)) if p < arguments
         }
@@ -334,8 +336,20 @@ class ThunderFunction:
                 merged = dict(compiled.symbolic_dims)
                 for tensor, dims in changed.items():
                     merged[tensor] = merged.get(tensor, frozenset()) | dims
-                return merged
+                return self._worth_trying(merged, tensors)
         return {}
+
+    def _worth_trying(self, dims: dict[int, frozenset[int]], tensors) -> dict[int, frozenset[int]]:
+        """``dims`` without those that would be fixed anyway: sizes 0 and 1 (specialized by the
+        ShapeEnv) and dims the program fixed before."""
+        kept = {}
+        for tensor, ds in dims.items():
+            ds = frozenset(
+                d for d in ds if tensors[tensor].shape[d] > 1 and (tensor, d) not in self._fixed_dims
+            )
+            if ds:
+                kept[tensor] = ds
+        return kept
 
     def _compile(self, args, kwargs, key, leaves) -> Compiled:
         with _garbage_collection_paused():
@@ -352,8 +366,16 @@ class ThunderFunction:
                     failed = f"sizes fixed: compiling them symbolic failed ({type(error).__name__}: {error})"
                 else:
                     names = [getattr(p, "name", "?") for p in compiled.traces[0].inputs]
-                    compiled.key, compiled.symbolic_dims = key, dims
-                    compiled.sizes_note = f"symbolic sizes: {describe_dims(by_position(dims, leaves), names)}"
+                    described = describe_dims(by_position(dims, leaves), names)
+                    if compiled.size_guard.is_symbolic:
+                        compiled.key, compiled.symbolic_dims = key, dims
+                        compiled.sizes_note = f"symbolic sizes: {described}"
+                        return compiled
+                    # The program fixed every one of them (int(x.shape[0]), a size it compares
+                    # for equality): later sizes of these dims compile as they are, not tried again.
+                    self._fixed_dims |= {(t, d) for t, ds in dims.items() for d in ds}
+                    compiled.key = key
+                    compiled.sizes_note = f"sizes fixed: the program specializes {described}"
                     return compiled
             compiled = self._compile_now(args, kwargs)
             compiled.key, compiled.sizes_note = key, failed

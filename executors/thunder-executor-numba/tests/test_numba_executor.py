@@ -190,7 +190,7 @@ def test_one_query_attention_over_a_masked_cache_skips_masked_positions_and_matc
     """Prefixes of a 512-position cache (none, some, all filled), scattered masks, per-head masks,
     an expanded (grouped-query) cache, float32 and float64; every position masked gives eager's zeros."""
     torch.manual_seed(0)
-    jfn = thunder_core.jit(_attend, executors=["numba"])
+    jfn = thunder_core.jit(_attend, executors=["numba"], dynamic=False)  # Numba's kernel per mask shape
     for dtype in (torch.float32, torch.float64):
         q = torch.randn(1, 8, 1, 64, dtype=dtype)
         k, v = torch.randn(1, 8, 512, 64, dtype=dtype), torch.randn(1, 8, 512, 64, dtype=dtype)

@@ -1,0 +1,160 @@
+"""Changing shapes: a 4-layer litgpt served at 32 prompt lengths, and trained over 8 lengths.
+
+Each backend runs in a fresh process with an empty Inductor cache of its own, so every new
+shape really compiles; backends are interleaved over ``--rounds`` rounds. Printed per backend:
+
+- serving: the forward at lengths 8, 16, ..., 256 in a random order (the same order for every
+  backend), each once: the total time with compiles, the time of the first length alone, the
+  compiles made (``cache_info`` entries; Dynamo's unique graphs for ``torch.compile``), and a
+  second pass over the same lengths, all cached;
+- training: one training step at each of 8 sequence lengths: total time and compiles.
+
+Every result is compared with eager's in the same process (logits, and the gradients of the
+first step), and a mismatch is printed.
+
+    python benchmarks/dynamic_shapes.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+
+BACKENDS = "eager,torch.compile,thunder_core,torch.compile(backend=thunder_core)"
+SERVING_LENGTHS = list(range(8, 257, 8))
+TRAINING_LENGTHS = [32, 48, 64, 80, 96, 112, 128, 144]
+
+
+def _model(block_size: int):
+    import torch
+    from litgpt.config import Config
+    from litgpt.model import GPT
+
+    torch.manual_seed(0)
+    config = Config(
+        name="bench-dynamic", block_size=block_size, vocab_size=2048, padded_vocab_size=2048, n_layer=4,
+        n_head=8, n_query_groups=8, n_embd=256, intermediate_size=1024, bias=False,
+        norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
+    )  # fmt: skip
+    return GPT(config)
+
+
+def _compiles(backend: str, wrapped) -> int:
+    if backend == "eager":
+        return 0
+    if backend.startswith("thunder_core"):
+        import thunder_core
+
+        return thunder_core.cache_info(wrapped).entries
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def serving(backend: str) -> dict:
+    import torch
+    from backends import wrap
+
+    torch.set_grad_enabled(False)
+    model = _model(max(SERVING_LENGTHS)).eval()
+    wrapped = wrap(model, backend)
+    order = SERVING_LENGTHS[:]
+    random.Random(0).shuffle(order)
+    prompts = {n: torch.randint(0, 2048, (1, n), generator=torch.Generator().manual_seed(n)) for n in order}
+    mismatches = 0
+    start = time.perf_counter()
+    first = None
+    outputs = {}
+    for n in order:
+        outputs[n] = wrapped(prompts[n])
+        if first is None:
+            first = time.perf_counter() - start
+    total = time.perf_counter() - start
+    start = time.perf_counter()
+    for n in order:
+        wrapped(prompts[n])
+    second = time.perf_counter() - start
+    for n in order:
+        if not torch.allclose(outputs[n], model(prompts[n]), rtol=1e-4, atol=1e-4):
+            mismatches += 1
+    return {"total_s": total, "first_s": first, "second_s": second, "compiles": _compiles(backend, wrapped),
+            "mismatches": mismatches}  # fmt: skip
+
+
+def training(backend: str) -> dict:
+    import torch
+    from backends import wrap
+
+    model = _model(max(TRAINING_LENGTHS) + 1)
+    wrapped = wrap(model, backend)
+    reference = _model(max(TRAINING_LENGTHS) + 1)
+    mismatches = 0
+    start = time.perf_counter()
+    for i, n in enumerate(TRAINING_LENGTHS):
+        idx = torch.randint(0, 2048, (2, n + 1), generator=torch.Generator().manual_seed(n))
+        for net in (wrapped, reference) if i == 0 else (wrapped,):
+            logits = net(idx[:, :-1])
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1)
+            )
+            loss.backward()
+        if i == 0:
+            for a, b in zip(model.parameters(), reference.parameters()):
+                mismatches += not torch.allclose(a.grad, b.grad, rtol=1e-3, atol=1e-5)
+        model.zero_grad(set_to_none=True)
+    total = time.perf_counter() - start
+    return {"total_s": total, "compiles": _compiles(backend, wrapped), "mismatches": mismatches}
+
+
+def measure(backend: str, part: str) -> dict:
+    return {"backend": backend, **(serving(backend) if part == "serving" else training(backend))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backends", default=BACKENDS)
+    parser.add_argument("--parts", default="serving,training")
+    parser.add_argument("--backend", help="measure one backend in this process (internal)")
+    parser.add_argument("--part", help="(internal)")
+    args = parser.parse_args()
+    if args.backend:
+        import json
+
+        print(json.dumps(measure(args.backend, args.part)))
+        return
+    from measure import interleaved, run_isolated, spread
+
+    for part in args.parts.split(","):
+
+        def one(backend: str, part: str = part) -> dict:
+            with tempfile.TemporaryDirectory() as cache:  # empty compile caches: every shape compiles
+                env = {"TORCHINDUCTOR_CACHE_DIR": cache}
+                return run_isolated(__file__, "--backend", backend, "--part", part, env=env)
+
+        runs = interleaved(one, args.backends.split(","), args.rounds)
+        lengths = SERVING_LENGTHS if part == "serving" else TRAINING_LENGTHS
+        print(f"{part}: 4-layer litgpt, width 256, {len(lengths)} lengths, {args.rounds} interleaved rounds")
+        columns = ["total_s", "first_s", "second_s"] if part == "serving" else ["total_s"]
+        print(f"  {'backend':38s}" + "".join(f"{c:>22s}" for c in columns) + f"{'compiles':>10s}")
+        for backend, results in runs.items():
+            ok = [r for r in results if "total_s" in r]
+            if not ok:
+                print(f"  {backend:38s} failed: {results[0].get('error', 'no result')}")
+                continue
+            wrong = sum(r["mismatches"] for r in ok)
+            print(
+                f"  {backend:38s}"
+                + "".join(f"{spread([r[c] for r in ok], digits=2):>22s}" for c in columns)
+                + f"{spread([r['compiles'] for r in ok], digits=0):>10s}"
+                + (f"  {wrong} RESULTS DIFFER FROM EAGER" if wrong else "")
+            )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()

@@ -1,0 +1,122 @@
+"""Symbolic sizes: one compile serves many sizes, checked against eager PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from models import litgpt_gpt, token_batch
+
+import thunder_core
+
+
+def _mlp(x, w):
+    return (torch.nn.functional.gelu(x @ w) * 2).reshape(x.shape[0], -1).sum(-1)
+
+
+def test_a_second_size_compiles_once_with_that_dimension_symbolic():
+    w = torch.randn(8, 4)
+    jfn = thunder_core.jit(_mlp)
+    for n in (3, 5, 9, 12, 33, 2):
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(jfn(x, w), _mlp(x, w))
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 2, info.reasons  # the first size, then every other one
+    assert info.reasons[1].endswith("symbolic sizes: x dim 0"), info.reasons
+    source = str(thunder_core.last_traces(jfn)[-1])
+    assert "s0 = x.shape[0]" in source and '# x: "cpu f32[s0, 8]"' in source, source
+
+
+def test_dynamic_true_is_symbolic_from_the_first_call_and_false_compiles_each_size():
+    w = torch.randn(8, 4)
+    symbolic = thunder_core.jit(_mlp, dynamic=True)
+    fixed = thunder_core.jit(_mlp, dynamic=False)
+    for n in (3, 5, 9):
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(symbolic(x, w), _mlp(x, w))
+        torch.testing.assert_close(fixed(x, w), _mlp(x, w))
+    assert thunder_core.cache_info(symbolic).entries == 1
+    assert thunder_core.cache_info(fixed).entries == 3
+    source = str(thunder_core.last_traces(symbolic)[-1])
+    assert '# w: "cpu f32[s1, s2]"' in source, source  # x's dim 1 and w's dim 0 found equal: one symbol
+    with pytest.raises(ValueError, match="dynamic='yes'"):
+        thunder_core.jit(_mlp, dynamic="yes")
+
+
+def _branchy(x):
+    if x.shape[0] > 6:
+        return x.sin()
+    return x.cos() * x.shape[0]
+
+
+def test_a_branch_on_a_size_gives_eagers_result_on_both_sides_and_names_the_guard():
+    jfn = thunder_core.jit(_branchy, dynamic=True)
+    for n in (3, 4, 8, 9, 5, 12):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(jfn(x), _branchy(x))
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 2, info.reasons  # one program per side of the branch
+    assert info.reasons[1].startswith("size guard failed: x.shape[0] <= 6"), info.reasons
+
+
+def test_sizes_0_and_1_are_specialized():
+    jfn = thunder_core.jit(lambda x: x.sum(0) + x.shape[0], dynamic=True)
+    for n in (4, 1, 7, 0, 1):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(jfn(x), x.sum(0) + n)
+    assert thunder_core.cache_info(jfn).entries == 3  # sizes >= 2, size 1, size 0
+    auto = thunder_core.jit(lambda x: x * 2)
+    for n in (5, 1):
+        auto(torch.randn(n))
+    assert "symbolic" not in thunder_core.cache_info(auto).reasons[1]  # size 1 is fixed: not tried
+
+
+def test_executors_that_compile_per_size_leave_symbolic_operations_to_torch():
+    jfn = thunder_core.jit(lambda x: (x.exp() + 1).sin(), dynamic=True)
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(jfn(x), (x.exp() + 1).sin())
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.exp")
+    assert report.executor == "torch"
+    assert "inductor" not in report.declined or "sizes are symbolic" in report.declined["inductor"], report
+
+
+def test_a_program_that_fixes_its_sizes_compiles_each_size_and_says_why():
+    def padded(x):
+        return torch.cat([x, torch.zeros(int(x.shape[0]) % 3, x.shape[1])])  # int(): a fixed size
+
+    jfn = thunder_core.jit(padded)
+    for n in (3, 4, 5, 6):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(jfn(x), padded(x))
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 4, info.reasons
+    assert info.reasons[1].endswith("sizes fixed: the program specializes x dim 0"), info.reasons
+    assert "symbolic" not in info.reasons[2], info.reasons  # not tried again
+
+
+def test_litgpt_forward_over_many_prompt_lengths_compiles_twice():
+    torch.manual_seed(0)
+    model = litgpt_gpt(n_layer=2, n_embd=64, vocab=256, block_size=128).eval()
+    jmodel = thunder_core.jit(model)
+    with torch.no_grad():
+        for length in (8, 16, 24, 40, 64, 9):
+            idx = token_batch(1, length, seed=length)
+            torch.testing.assert_close(jmodel(idx), model(idx))
+    info = thunder_core.cache_info(jmodel)
+    assert info.entries == 2, info.reasons
+
+
+def test_litgpt_training_over_sequence_lengths_gives_eagers_gradients():
+    torch.manual_seed(0)
+    model = litgpt_gpt(n_layer=2, n_embd=64, vocab=256, block_size=128)
+    jmodel = thunder_core.jit(model)
+    for length in (8, 16, 24, 40, 12):
+        idx = token_batch(2, length, seed=length)
+        jmodel(idx).logsumexp(-1).mean().backward()
+        ours = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        model(idx).logsumexp(-1).mean().backward()
+        for got, param in zip(ours, model.parameters()):
+            torch.testing.assert_close(got, param.grad)
+        model.zero_grad(set_to_none=True)
+    info = thunder_core.cache_info(jmodel)
+    assert info.entries == 2, info.reasons
