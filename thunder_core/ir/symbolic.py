@@ -27,6 +27,16 @@ def has_symbolic_shape(x) -> bool:
     )
 
 
+def known_equal(a, b) -> bool:
+    """Whether two sizes are equal for every value of their symbols, without adding a guard
+    (False when it depends on the sizes)."""
+    if not isinstance(a, SYMBOLIC_TYPES) and not isinstance(b, SYMBOLIC_TYPES):
+        return a == b
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return statically_known_true(a == b)
+
+
 def hint(value) -> int | float | bool:
     """The value a symbolic size had when the trace was captured (for heuristics, never for
     decisions that change the program: those must go through the ShapeEnv, which guards them)."""

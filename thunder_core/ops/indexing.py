@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from thunder_core.ir.symbolic import known_equal
 from thunder_core.ops import prims
 from thunder_core.ops._helpers import NoDecomposition, canonical_dim, is_tensor
 from thunder_core.ops.registry import register_torch_op
@@ -74,10 +75,11 @@ def _getitem(a, index):
             out_shape.append(("kept", dim))
         dim += 1
     x = a
-    if (
-        any(s != 0 for s in starts)
-        or any(e != n for e, n in zip(ends, a.shape))
-        or any(s != 1 for s in steps)
+    # A symbolic bound that may or may not be the whole dim slices anyway (no guard on it).
+    if not (
+        all(known_equal(s, 0) for s in starts)
+        and all(known_equal(e, n) for e, n in zip(ends, a.shape))
+        and all(s == 1 for s in steps)
     ):
         x = prims.slice(x, starts, ends, steps)
     if squeezed:
