@@ -35,6 +35,7 @@ from types import MappingProxyType
 
 from thunder_core.autodiff.fallback import fallback_rule as _fallback_rule
 from thunder_core.autodiff.registry import NoRule, register_vjp
+from thunder_core.capture.symbolic import symbolic_examples
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.executors.base import (
     FusionExecutor,
@@ -45,6 +46,7 @@ from thunder_core.executors.base import (
     flatten_to_prims,
 )
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
+from thunder_core.ir.symbolic import SymbolicSizeError
 from thunder_core.ir.symbols import (
     EFFECT,
     INPLACE,
@@ -99,6 +101,7 @@ __all__ = [
     "RegionNotSupported",
     "Rejection",
     "Symbol",
+    "SymbolicSizeError",
     "TensorProxy",
     "ThunderCoreError",
     "Trace",
@@ -122,6 +125,7 @@ __all__ = [
     "register_vjp",
     "replay",
     "symbol_for",
+    "symbolic_examples",
     "torch_symbols",
     "tree_map",
 ]

@@ -97,6 +97,21 @@ class SymbolicSizes:
         return SizeGuard(self)
 
 
+def symbolic_examples(proxies) -> list[torch.Tensor] | None:
+    """Fake tensors standing for ``proxies`` with their symbolic sizes, in the ``ShapeEnv`` of the
+    trace they come from; None when none of them has a symbolic size.
+
+    For an executor that takes symbolic sizes (``takes_symbolic_sizes``) and compiles a region
+    once for every size: tracing its function on these (``make_fx(fn, tracing_mode="fake")``)
+    gives a graph whose sizes are the trace's symbols, and anything that tracing or compiling
+    assumes about them becomes a guard of the compiled trace, checked on every new size.
+    """
+    sizes = sizes_of(proxies)
+    if sizes is None:
+        return None
+    return [sizes.fake(p) for p in proxies]
+
+
 @contextmanager
 def capturing_symbolically(sizes: SymbolicSizes | None):
     token = _active.set(sizes)

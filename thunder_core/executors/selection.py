@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from thunder_core.executors.base import FusionExecutor, OperatorExecutor
+from thunder_core.executors.base import FusionExecutor, OperatorExecutor, has_symbolic_sizes
 from thunder_core.executors.caches import ColdInputs
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
 from thunder_core.executors.fusion import operations, torch_fallback
@@ -360,6 +360,7 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             or bsym.impl is None
             or any(is_impure(b) for b in [bsym, *bsym.subsymbols])
             or updated_later(bsym)
+            or has_symbolic_sizes(bsym)  # sizes vary; and a later compile could add a size guard unseen
         ):
             bsyms.append(bsym)
             continue

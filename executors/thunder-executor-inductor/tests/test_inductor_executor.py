@@ -276,3 +276,26 @@ def test_views_after_regions_in_training_give_eager_gradients():
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(x.grad, ex.grad)
     torch.testing.assert_close(w.grad, ew.grad)
+
+
+def test_a_region_with_symbolic_sizes_compiles_once_for_every_size():
+    """dynamic=True: one Inductor region, compiled once, runs every length; training too."""
+
+    def head(x, w):
+        return F.gelu(x @ w).softmax(-1).reshape(x.shape[0] // 2, -1).sum(-1)
+
+    w = torch.randn(16, 8, requires_grad=True)
+    jfn = thunder_core.jit(head, executors=["inductor"], dynamic=True)
+    for n in (4, 6, 10, 32):
+        x = torch.randn(n, 16, requires_grad=True)
+        out, expected = jfn(x, w), head(x, w)
+        torch.testing.assert_close(out, expected)
+        got = torch.autograd.grad(out.square().sum(), (x, w))
+        want = torch.autograd.grad(expected.square().sum(), (x, w))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    assert thunder_core.cache_info(jfn).entries == 1
+    regions = [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"]
+    assert regions and '"cpu f32[s0' in str(thunder_core.last_traces(jfn)[-1])
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.gelu")
+    assert report.executor == "inductor"

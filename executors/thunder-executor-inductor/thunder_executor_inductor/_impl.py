@@ -28,9 +28,11 @@ from thunder_core.extend import (
     OPAQUE,
     RANDOM,
     VIEW_OPS,
+    SymbolicSizeError,
     TensorProxy,
     leaves,
     prim_symbols,
+    symbolic_examples,
     torch_symbols,
 )
 
@@ -56,9 +58,17 @@ def _signature(region) -> tuple:
     ops = []
     for b in region.bound_symbols:
         ops.append((b.symbol.printed_name, canonical(b.args), canonical(b.kwargs), canonical(b.output)))
-    inputs = tuple((tuple(p.shape), p.dtype, tuple(p.stride()), p.device) for p in region.inputs)
+    inputs = tuple((_sizes(p.shape), p.dtype, _sizes(p.stride()), p.device) for p in region.inputs)
     outputs = tuple(canonical(p) for p in region.outputs)
-    return tuple(ops), inputs, outputs
+    # Symbolic sizes: a region compiled for one trace's ShapeEnv added its guards there only.
+    environments = {
+        id(s.node.shape_env) for p in region.inputs for s in p.shape if isinstance(s, torch.SymInt)
+    }
+    return tuple(ops), inputs, outputs, tuple(sorted(environments))
+
+
+def _sizes(sizes) -> tuple:
+    return tuple(str(s) if isinstance(s, torch.SymInt) else s for s in sizes)
 
 
 REGIONS = ("fusion", "maximal")
@@ -70,6 +80,7 @@ class InductorExecutor(FusionExecutor):
     default_priority = 10
     min_region_size = 2
     views_after_region = True  # Inductor keeps each result's strides; a returned view is rebuilt per call
+    takes_symbolic_sizes = True  # a region with symbolic sizes compiles once, size-generic
 
     def __init__(self, regions: str = "fusion", inductor_options: dict | None = None, warm_up=None):
         if regions not in REGIONS:
@@ -179,7 +190,13 @@ def _compile(region, name: str, options: dict):
     """
     if not all(isinstance(p, TensorProxy) for p in region.inputs):
         raise RegionNotSupported("inductor: a region input is not a tensor")
-    fn = region.as_trace(name).python_callable()
+    try:
+        fn = region.as_trace(name).python_callable()
+    except SymbolicSizeError as error:
+        raise RegionNotSupported(f"inductor: {error}") from error
+    examples = symbolic_examples(region.inputs)
+    if examples is not None:
+        return _compile_symbolic(fn, examples, options)
     specs = [(tuple(p.shape), p.dtype, p.device) for p in region.inputs]
 
     def compile_for(strides: tuple):
@@ -209,5 +226,25 @@ def _compile(region, name: str, options: dict):
                 variant = fn
             variants[strides] = variant
         return tuple(variant(*args))
+
+    return run
+
+
+def _compile_symbolic(fn, examples: list, options: dict):
+    """A region with symbolic sizes, compiled once for every size: traced on fake inputs of the
+    trace's ShapeEnv (so what Inductor assumes about the sizes becomes the trace's guards) and
+    compiled with those sizes dynamic. Inputs whose strides the compiled code does not expect
+    (it asserts them before computing) run the region's operations as they are."""
+    graph = make_fx(fn, tracing_mode="fake")(*examples)
+    if not any(node.op == "call_function" for node in graph.graph.nodes):
+        raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
+    with torch._inductor.config.patch(options):
+        compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
+
+    def run(*args):
+        try:
+            return tuple(compiled(*args))
+        except AssertionError:  # Inductor's stride assertion: other strides than traced
+            return tuple(fn(*args))
 
     return run
