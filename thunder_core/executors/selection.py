@@ -29,7 +29,9 @@ more than once would repeat the effect; claim order decides them, as with ``sele
 Nor are claims whose outputs (or views of them) are updated in place: the update must reach
 what the claimed executor returned (a view of a KV cache, say), and another candidate could
 return a copy where it returns a view. A claim whose output is only read by an update (the new
-keys written into a KV cache) is measured.
+keys written into a KV cache) is measured. Nor are claims with symbolic sizes: the sizes they
+run at vary, and compiling an alternative after the trace's size guards were taken could assume
+something about the sizes that no guard checks.
 """
 
 from __future__ import annotations
