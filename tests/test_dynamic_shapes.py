@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from models import litgpt_gpt, token_batch
@@ -121,3 +123,16 @@ def test_litgpt_training_over_sequence_lengths_gives_eagers_gradients():
         model.zero_grad(set_to_none=True)
     info = thunder_core.cache_info(jmodel)
     assert info.entries == 2, info.reasons
+
+
+def test_a_program_that_cannot_be_captured_symbolically_keeps_fixed_sizes_and_says_why():
+    def pad_to_eight(x):  # F.pad's padding as a size expression has no symbolic kernel here
+        return torch.nn.functional.pad(x, (0, math.ceil(x.shape[-1] / 8) * 8 - x.shape[-1])) * 2
+
+    jfn = thunder_core.jit(pad_to_eight)
+    for n in (5, 9, 13):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(jfn(x), pad_to_eight(x))
+    reasons = thunder_core.cache_info(jfn).reasons
+    assert "sizes fixed: compiling them symbolic failed" in reasons[1], reasons
+    assert "symbolic" not in reasons[2], reasons  # not tried again

@@ -121,6 +121,15 @@ def capturing_symbolically(sizes: SymbolicSizes | None):
         _active.reset(token)
 
 
+def _globals() -> dict:
+    """What guard expressions may call: the functions torch's guard printer writes."""
+    import math
+
+    from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+    return {**SYMPY_INTERP, "math": math}
+
+
 class _Sizes:
     """What a guard expression reads of a tensor: sizes, strides, and no storage offset (a
     trace does not depend on where its inputs' data starts)."""
@@ -155,7 +164,9 @@ class SizeGuard:
         self.expression = sizes.shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
         self._ndims = [f.dim() for f in fakes]
         self.is_symbolic = sizes.is_symbolic()  # False when the program fixed every symbolic size
-        self._check = eval(compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"))
+        self._check = eval(
+            compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"), _globals()
+        )
         self._names = [f"t{i}" for i in range(len(positions))]
 
     def __call__(self, leaves) -> bool:
@@ -175,7 +186,7 @@ class SizeGuard:
         for condition in self.expression.split(" and "):
             try:
                 tensors = {n: _Sizes(leaves[p]) for n, p in zip(self._names, self.positions)}
-                holds = eval(compile(f"lambda L: {condition}", "<size guard>", "eval"))(tensors)
+                holds = eval(compile(f"lambda L: {condition}", "<size guard>", "eval"), _globals())(tensors)
             except Exception:  # noqa: BLE001
                 holds = False
             if not holds:

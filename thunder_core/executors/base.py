@@ -94,7 +94,7 @@ class Implementation:
     grad: Callable | None = None
 
 
-_FIXED_SIZES_ONLY = (
+FIXED_SIZES_ONLY = (
     "runs fixed sizes only, and this operation's sizes are symbolic (compiled for changing shapes)"
 )
 
@@ -138,7 +138,7 @@ class Executor:
     def check(self, bsym: BoundSymbol) -> bool | Rejection:
         """True if this executor takes ``bsym``, else a Rejection with the reason."""
         if not self.takes_symbolic_sizes and has_symbolic_sizes(bsym):
-            return Rejection(_FIXED_SIZES_ONLY)
+            return Rejection(FIXED_SIZES_ONLY)
         impl = self.implementation_for(bsym.symbol)
         if impl is None:
             return Rejection(f"no implementation for {bsym.symbol.printed_name}")

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 
 from thunder_core.errors import ThunderCoreError
 from thunder_core.executors import python_executor, torch_executor
-from thunder_core.executors.base import FusionExecutor, OperatorExecutor, Rejection
+from thunder_core.executors.base import (
+    FIXED_SIZES_ONLY,
+    FusionExecutor,
+    OperatorExecutor,
+    Rejection,
+    has_symbolic_sizes,
+)
 from thunder_core.executors.failures import FirstCall, report_failure
 from thunder_core.executors.fusion import operations
 from thunder_core.executors.selection import measure_claims
@@ -43,6 +49,8 @@ class Decision:
 
 
 def _check(executor, bsym) -> bool | Rejection:
+    if not executor.takes_symbolic_sizes and has_symbolic_sizes(bsym):  # also where check() is overridden
+        return Rejection(FIXED_SIZES_ONLY)
     return executor.check(bsym)
 
 

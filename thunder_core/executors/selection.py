@@ -56,6 +56,7 @@ from thunder_core.transforms.updates import updated_in_place
 SELECTIONS = ("measure", "priority")
 ROUND_BUDGET_S = 0.25  # time spent timing the candidates of one claim, after their warm-up runs
 MAX_ROUNDS = 7
+MAX_DECISIONS = 4096  # measured decisions kept per process (``claim_key``)
 TORCH = "torch"
 
 
@@ -122,7 +123,8 @@ def claim_key(bsym: BoundSymbol, owner, executors: list, candidates: list[Candid
         )
         for s in (bsym.subsymbols if fused else [bsym])
     )
-    return owner, tuple(executors), tuple(c.name for c in candidates), inputs, ops
+    outputs = _canonical(bsym.output, names)
+    return owner, tuple(executors), tuple(c.name for c in candidates), inputs, ops, outputs
 
 
 class Measured:
@@ -211,6 +213,8 @@ class Measured:
         if claimed in failed:
             self.failure = failed[claimed]
         elif self._key is not None:
+            if len(_DECISIONS) >= MAX_DECISIONS:
+                _DECISIONS.clear()  # keys hold executors: never grow without bound
             _DECISIONS[self._key] = self.selection
         self._bind(ready[chosen])
         return result

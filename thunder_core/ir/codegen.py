@@ -92,6 +92,7 @@ class Printer:
         if isinstance(x, PROXY_TYPES):
             return x.name
         if isinstance(x, symbolic.SYMBOLIC_TYPES):
+            self.namespace.module("math", math)  # torch's printer writes math.floor, math.ceil, ...
             return symbolic.source(x)
         if x is None or isinstance(x, (bool, int, str)):
             return repr(x)

@@ -210,7 +210,11 @@ class ThunderFunction:
     def _why_recompile(self, key, leaves, description: dict[str, str]) -> str:
         """What changed since an earlier entry: a guarded value under the same key, else the inputs."""
         for compiled in reversed(self._entries):
-            if compiled.size_guard is not None and fits(compiled.key, compiled.symbolic_dims, key):
+            if (
+                compiled.size_guard is not None
+                and fits(compiled.key, compiled.symbolic_dims, key)
+                and not compiled.size_guard(leaves)
+            ):
                 return f"size guard failed: {compiled.size_guard.failing(leaves)}"
         variants = self._variants.get(key)
         if variants:
@@ -364,6 +368,7 @@ class ThunderFunction:
                     raise
                 except Exception as error:  # noqa: BLE001 - compiled with fixed sizes instead, said in reasons
                     failed = f"sizes fixed: compiling them symbolic failed ({type(error).__name__}: {error})"
+                    self._fixed_dims |= {(t, d) for t, ds in dims.items() for d in ds}  # not tried again
                 else:
                     names = [getattr(p, "name", "?") for p in compiled.traces[0].inputs]
                     described = describe_dims(by_position(dims, leaves), names)

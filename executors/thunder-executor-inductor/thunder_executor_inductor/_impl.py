@@ -60,11 +60,16 @@ def _signature(region) -> tuple:
         ops.append((b.symbol.printed_name, canonical(b.args), canonical(b.kwargs), canonical(b.output)))
     inputs = tuple((_sizes(p.shape), p.dtype, _sizes(p.stride()), p.device) for p in region.inputs)
     outputs = tuple(canonical(p) for p in region.outputs)
-    # Symbolic sizes: a region compiled for one trace's ShapeEnv added its guards there only.
-    environments = {
-        id(s.node.shape_env) for p in region.inputs for s in p.shape if isinstance(s, torch.SymInt)
-    }
-    return tuple(ops), inputs, outputs, tuple(sorted(environments))
+    return tuple(ops), inputs, outputs
+
+
+def _symbolic_environment(region):
+    """The ShapeEnv of a region's symbolic sizes or strides, if it has any."""
+    for p in region.inputs:
+        for s in (*p.shape, *p.stride()):
+            if isinstance(s, torch.SymInt):
+                return s.node.shape_env
+    return None
 
 
 def _sizes(sizes) -> tuple:
@@ -152,11 +157,17 @@ class InductorExecutor(FusionExecutor):
     def compile_region(self, region):
         self._warm_up.join()
         key = _signature(region)
-        compiled = self._compiled.get(key)
+        environment = _symbolic_environment(region)
+        # A region with symbolic sizes is shared only within its trace's ShapeEnv, where the
+        # guards its compile added live (and it goes away with it).
+        cache = (
+            self._compiled
+            if environment is None
+            else environment.__dict__.setdefault("thunder_core_inductor", {})
+        )
+        compiled = cache.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = _compile(
-                region, f"inductor_region_{len(self._compiled)}", self.inductor_options
-            )
+            compiled = cache[key] = _compile(region, f"inductor_region_{len(cache)}", self.inductor_options)
         return compiled
 
 
