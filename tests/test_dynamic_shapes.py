@@ -136,3 +136,14 @@ def test_a_program_that_cannot_be_captured_symbolically_keeps_fixed_sizes_and_sa
     reasons = thunder_core.cache_info(jfn).reasons
     assert "sizes fixed: compiling them symbolic failed" in reasons[1], reasons
     assert "symbolic" not in reasons[2], reasons  # not tried again
+
+
+def test_a_slice_bound_computed_from_a_size_stays_symbolic():
+    def trimmed(x):
+        return x[:, : x.shape[1] - 1] + x[-2:].sum(0)[1:]
+
+    jfn = thunder_core.jit(trimmed, dynamic=True)
+    for n in (3, 6, 11):
+        x = torch.randn(n, n + 2)
+        torch.testing.assert_close(jfn(x), trimmed(x))
+    assert thunder_core.cache_info(jfn).entries == 1, thunder_core.cache_info(jfn).reasons

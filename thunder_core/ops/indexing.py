@@ -62,7 +62,7 @@ def _getitem(a, index):
             out_shape.append(("new", None))
             continue
         size = a.shape[dim]
-        if isinstance(item, int):
+        if isinstance(item, (int, torch.SymInt)):
             i = item + size if item < 0 else item
             if not 0 <= i < size:
                 raise IndexError(f"index {item} is out of bounds for dimension {dim} with size {size}")
