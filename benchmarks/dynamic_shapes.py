@@ -30,17 +30,9 @@ TRAINING_LENGTHS = [32, 48, 64, 80, 96, 112, 128, 144]
 
 
 def _model(block_size: int):
-    import torch
-    from litgpt.config import Config
-    from litgpt.model import GPT
+    from training_step import build_model
 
-    torch.manual_seed(0)
-    config = Config(
-        name="bench-dynamic", block_size=block_size, vocab_size=2048, padded_vocab_size=2048, n_layer=4,
-        n_head=8, n_query_groups=8, n_embd=256, intermediate_size=1024, bias=False,
-        norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
-    )  # fmt: skip
-    return GPT(config)
+    return build_model("litgpt", block_size)
 
 
 def _compiles(backend: str, wrapped) -> int:

@@ -49,8 +49,9 @@ BATCH, LENGTH = 4, 256
 MODELS = ("litgpt", "llama")
 
 
-def build_model(name: str = "litgpt"):
-    """litgpt GPT, or transformers' LlamaForCausalLM: 4 layers, width 256, random weights."""
+def build_model(name: str = "litgpt", block_size: int = LENGTH):
+    """litgpt GPT, or transformers' LlamaForCausalLM: 4 layers, width 256, random weights,
+    for sequences of up to ``block_size`` tokens."""
     import torch
 
     torch.manual_seed(0)
@@ -59,14 +60,14 @@ def build_model(name: str = "litgpt"):
 
         config = LlamaConfig(
             vocab_size=2048, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-            num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=LENGTH, use_cache=False,
+            num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=block_size, use_cache=False,
         )  # fmt: skip
         return LlamaForCausalLM(config)
     from litgpt.config import Config
     from litgpt.model import GPT
 
     config = Config(
-        name="bench-4-layer", block_size=LENGTH, vocab_size=2048, padded_vocab_size=2048, n_layer=4,
+        name="bench-4-layer", block_size=block_size, vocab_size=2048, padded_vocab_size=2048, n_layer=4,
         n_head=8, n_query_groups=8, n_embd=256, intermediate_size=1024, bias=False,
         norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", rotary_percentage=1.0, parallel_residual=False,
     )  # fmt: skip

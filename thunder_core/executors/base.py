@@ -137,8 +137,6 @@ class Executor:
 
     def check(self, bsym: BoundSymbol) -> bool | Rejection:
         """True if this executor takes ``bsym``, else a Rejection with the reason."""
-        if not self.takes_symbolic_sizes and has_symbolic_sizes(bsym):
-            return Rejection(FIXED_SIZES_ONLY)
         impl = self.implementation_for(bsym.symbol)
         if impl is None:
             return Rejection(f"no implementation for {bsym.symbol.printed_name}")

@@ -29,12 +29,13 @@ def _tensor_positions(leaves) -> list[int]:
     return [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
 
 
-def changed_dims(old_key: tuple, key: tuple) -> dict[int, frozenset[int]] | None:
-    """``{tensor index: dims}`` whose sizes differ between two keys that differ in nothing else
-    (strides aside); None when they differ otherwise or not at all."""
+def _differences(old_key: tuple, key: tuple) -> tuple[dict[int, frozenset[int]], set[int]] | None:
+    """Two keys compared tensor by tensor: ``({tensor index: dims whose sizes differ}, {tensor
+    indexes whose strides differ})``; None when they differ in anything else."""
     if len(old_key) != len(key):
         return None
-    changed: dict[int, frozenset[int]] = {}
+    sizes: dict[int, frozenset[int]] = {}
+    strides: set[int] = set()
     tensor, after_shape = -1, False
     for a, b in zip(old_key, key):
         if type(a) is torch.Size:
@@ -43,39 +44,34 @@ def changed_dims(old_key: tuple, key: tuple) -> dict[int, frozenset[int]] | None
             tensor += 1
             dims = frozenset(d for d in range(len(a)) if a[d] != b[d])
             if dims:
-                changed[tensor] = dims
+                sizes[tensor] = dims
             after_shape = True
-            continue
-        if after_shape:  # the strides: they follow from the sizes (a layout change is a guard's)
+        elif after_shape:  # a tensor's strides follow its shape in a key
             after_shape = False
-            continue
-        if type(a) is not type(b) or a != b:
+            if a != b:
+                strides.add(tensor)
+        elif type(a) is not type(b) or a != b:
             return None
-    return changed or None
+    return sizes, strides
+
+
+def changed_dims(old_key: tuple, key: tuple) -> dict[int, frozenset[int]] | None:
+    """``{tensor index: dims}`` whose sizes differ between two keys that differ in nothing else
+    (strides aside: a layout change is a size guard's); None when they differ otherwise or not at all."""
+    differences = _differences(old_key, key)
+    return (differences[0] or None) if differences is not None else None
 
 
 def fits(template: tuple, dims: dict[int, frozenset[int]], key: tuple) -> bool:
     """Whether ``key`` matches the key a symbolic entry was compiled for, up to its symbolic
-    dimensions (``dims`` by tensor index) and those tensors' strides."""
-    if len(template) != len(key):
+    dimensions (``dims`` by tensor index) and those tensors' strides (its size guard checks them)."""
+    differences = _differences(template, key)
+    if differences is None:
         return False
-    tensor, skip_strides = -1, False
-    for a, b in zip(template, key):
-        if type(a) is torch.Size:
-            if type(b) is not torch.Size or len(a) != len(b):
-                return False
-            tensor += 1
-            symbolic = dims.get(tensor, frozenset())
-            if any(a[d] != b[d] for d in range(len(a)) if d not in symbolic):
-                return False
-            skip_strides = bool(symbolic)
-            continue
-        if skip_strides:
-            skip_strides = False
-            continue
-        if type(a) is not type(b) or a != b:
-            return False
-    return True
+    sizes, strides = differences
+    return all(changed <= dims.get(t, frozenset()) for t, changed in sizes.items()) and all(
+        dims.get(t) for t in strides
+    )
 
 
 def by_position(dims: dict[int, frozenset[int]], leaves) -> dict[int, frozenset[int]]:
