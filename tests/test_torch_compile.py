@@ -143,6 +143,34 @@ def test_dynamic_shapes_compile_and_say_so():
     assert "dynamic shapes" in str(thunder_core.explain(opt))
 
 
+def test_a_split_off_part_serves_every_size_dynamo_lets_through():
+    # The Inductor fallback is compiled on Dynamo's symbolic example inputs: compiled on the first
+    # call's real tensors instead, it would be handed the next size's tensors with the first's sizes.
+    def fn(x):
+        return (torch.gcd(x, x + 2) * 2).sum(0) + x.shape[0]
+
+    opt = torch.compile(fn, backend="thunder_core", dynamic=True)
+    for n in (4, 6, 9, 5):
+        x = torch.randint(0, 50, (n, 3))
+        torch.testing.assert_close(opt(x), fn(x))
+    report = str(thunder_core.explain(opt))
+    assert "gcd (torch.gcd): no thunder_core symbol" in report and "-> inductor" in report
+
+
+def test_arithmetic_on_symbolic_sizes_stays_in_the_thunder_part():
+    # sum() of sizes becomes torch.sym_sum in Dynamo's graph (Hugging Face's attention masks).
+    def fn(x, y):
+        n = sum([x.shape[0], y.shape[0], 1])
+        return (torch.cat([x, y, x[:1]]) * 2).expand(2, n, 3).sum(0)
+
+    opt = torch.compile(fn, backend="thunder_core", dynamic=True)
+    for n in (4, 6, 9, 5):
+        x, y = torch.randn(n, 3), torch.randn(n + 1, 3)
+        torch.testing.assert_close(opt(x, y), fn(x, y))
+    report = str(thunder_core.explain(opt))
+    assert "-> inductor" not in report and "split:" not in report, report
+
+
 # The stale-value cases of the trust issue, through Dynamo's guards.
 SCALE = 2.0
 

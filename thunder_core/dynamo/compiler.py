@@ -146,29 +146,48 @@ def _dynamo_context():
 
 
 class _Fallback:
-    """A part thunder_core does not capture: compiled by Inductor on its first call, else eager."""
+    """A part thunder_core does not capture: compiled by Inductor, else run eagerly.
+
+    Inductor compiles it while Dynamo hands the graph over, on Dynamo's example inputs (fake
+    tensors whose sizes may be symbolic), as ``backend="inductor"`` would: the code it makes
+    serves every size Dynamo's guards let through. Compiling it on the first call's real
+    inputs instead would fix their sizes, and a later call with other sizes would get sizes
+    and numbers computed for the first.
+    """
 
     def __init__(self, gm: fx.GraphModule, how: str, record: GraphRecord, name: str):
         self.gm, self.how, self.record, self.name = gm, how, record, name
-        self.compiled = None
-        self.runner = f"{how} (not run yet)"
+        self.compiled, self.runner = gm, "eager"
+        if how == "inductor" and _draws_random_numbers(gm):
+            # Inductor draws with its own generator (other numbers, another stream position).
+            self.runner = "eager (it draws random numbers; Inductor's draws differ from eager's)"
+        elif how == "inductor":
+            examples = _example_inputs(gm)
+            if examples is None:
+                self.runner = "eager (Dynamo gave no example inputs for this part)"
+                return
+            try:
+                from torch._inductor.compile_fx import compile_fx
+
+                # Inductor may rewrite the graph it is given: give it a copy, keep ours for eager.
+                graph_copy = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+                self.compiled, self.runner = compile_fx(graph_copy, examples), "inductor"
+            except Exception as error:  # Inductor cannot compile it: eager is always right
+                self.runner = f"eager (Inductor failed: {type(error).__name__}: {str(error)[:200]})"
 
     def __call__(self, *args):
-        if self.compiled is None:
-            self.compiled, self.runner = self.gm, "eager"
-            if self.how == "inductor" and _draws_random_numbers(self.gm):
-                # Inductor draws with its own generator (other numbers, another stream position).
-                self.runner = "eager (it draws random numbers; Inductor's draws differ from eager's)"
-            elif self.how == "inductor":
-                try:
-                    from torch._inductor import compile as inductor_compile
-
-                    # Inductor may rewrite the graph it is given: give it a copy, keep ours for eager.
-                    graph_copy = fx.GraphModule(self.gm, copy.deepcopy(self.gm.graph))
-                    self.compiled, self.runner = inductor_compile(graph_copy, list(args)), "inductor"
-                except Exception as error:  # Inductor cannot compile it: eager is always right
-                    self.runner = f"eager (Inductor failed: {type(error).__name__}: {str(error)[:200]})"
         return self.compiled(*args)
+
+
+def _example_inputs(gm: fx.GraphModule) -> list | None:
+    """Dynamo's example values (fake tensors, SymInts) of ``gm``'s inputs, or None if one lacks them."""
+    examples = []
+    for node in gm.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if value is None:
+            return None
+        examples.append(value)
+    return examples
 
 
 def _draws_random_numbers(gm: fx.GraphModule) -> bool:

@@ -18,6 +18,12 @@ from thunder_core.ops.registry import lookup, torch_path
 
 # Python-level nodes Dynamo emits that capture handles without a symbol of their own.
 _BOOKKEEPING = {operator.getitem, getattr, len, tuple, list, isinstance, torch._C._set_grad_enabled}
+# Arithmetic on sizes (``sum(sizes)`` becomes ``torch.sym_sum``): capture computes it on Python ints or SymInts.
+_SIZE_ARITHMETIC = {
+    getattr(torch, name)
+    for name in ("sym_sum", "sym_max", "sym_min", "sym_int", "sym_float", "sym_not", "sym_ite", "sym_sqrt")
+    if hasattr(torch, name)
+}
 _OPERATOR_DUNDERS = {
     operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__", operator.truediv: "__truediv__",
     operator.floordiv: "__floordiv__", operator.mod: "__mod__", operator.pow: "__pow__", operator.matmul: "__matmul__",
@@ -71,6 +77,10 @@ def support(node: fx.Node) -> SplitReason | None:
             return None
         return SplitReason(node.name, _target_name(node), "no thunder_core symbol for this Tensor method")
     if target in _BOOKKEEPING:
+        return None
+    if target in _SIZE_ARITHMETIC and not any(
+        isinstance(n.meta.get("example_value"), torch.Tensor) for n in node.all_input_nodes
+    ):
         return None
     dunder = _OPERATOR_DUNDERS.get(target)
     if dunder is not None:
