@@ -7,6 +7,7 @@ directly, against eager PyTorch.
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -111,3 +112,28 @@ def test_a_waiting_matmul_does_not_read_statistics_a_claimed_batch_norm_updates_
     mine, reference = (torch.zeros(3), torch.ones(3)), (torch.zeros(3), torch.ones(3))
     torch.testing.assert_close(claimed.python_callable()(x, *mine), read_then_update(x, *reference))
     torch.testing.assert_close(mine, reference)
+
+
+class FailingWithViewsAfter(FusionExecutor):
+    """Moves views of its results after its regions, then fails to compile every region."""
+
+    views_after_region = True
+
+    def compile_region(self, region):
+        raise RuntimeError("this executor cannot compile anything")
+
+
+def test_a_region_that_fails_gives_back_the_views_it_moved_after_it():
+    def fn(x):
+        y = x.exp() * 2
+        return y.reshape(2, -1), y.transpose(0, 1)  # views of the region's result, returned
+
+    executor = FailingWithViewsAfter("failing_views")
+    for name in ("exp", "mul", "reshape", "transpose"):
+        executor.register_supported(name)
+    x = torch.randn(4, 3)
+    trace, _ = capture(fn, (x,), {}, positional_names=["x"])
+    with pytest.warns(RuntimeWarning, match="failing_views"):
+        claimed = assign_executors(trace, [executor, torch_executor.executor])
+    assert all(b.executor == "torch" for b in claimed.bound_symbols)
+    torch.testing.assert_close(claimed.python_callable()(x), fn(x))

@@ -15,6 +15,7 @@ from thunder_core.capture.autograd_function import autograd_functions_recorded_w
 from thunder_core.capture.blocks import blocks_recorded
 from thunder_core.capture.mode import CaptureMode
 from thunder_core.capture.module_hooks import module_backward_hooks_recorded
+from thunder_core.capture.objects import ArgumentObjects, is_argument_object, object_items
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
 from thunder_core.capture.symbolic import SymbolicSizes, capturing_symbolically
@@ -59,6 +60,7 @@ class _InputBuilder:
         self.inputs: list = []
         self.taken: set[str] = set(RESERVED_NAMES)
         self._sizes = sizes
+        self.objects = ArgumentObjects()
 
     def _name(self, path: str) -> str:
         base = _identifier(path)
@@ -69,7 +71,10 @@ class _InputBuilder:
         self.taken.add(name)
         return name
 
-    def proxify(self, x, path: str):
+    def proxify(self, x, path: str, route: tuple = ()):
+        """``x`` with its tensors replaced by input proxies: plain lists, dicts and objects in
+        place (``self.objects`` tracks them, ``route`` says where they are among the arguments),
+        tuples and other containers rebuilt."""
         if isinstance(x, torch.Tensor):
             name = self._name(path)
             shape, strides = x.shape, x.stride()
@@ -81,13 +86,35 @@ class _InputBuilder:
         if isinstance(x, (bool, int, float, complex)):
             self.inputs.append(NumberProxy(self._name(path), x))
             return x
+        if type(x) is list or type(x) is dict or is_argument_object(x):
+            kind = "list" if type(x) is list else "dict" if type(x) is dict else "object"
+            tracked = self.objects.track(x, kind, route)
+            if tracked is None:
+                return x  # reached before through another route: proxified already
+            items = enumerate(x) if kind == "list" else x.items() if kind == "dict" else object_items(x)
+            state = vars(x) if kind == "object" else x
+            separator = "." if kind == "object" else "_"
+            for k, item in list(items):
+                step = ("attr", k) if kind == "object" else ("item", k)
+                new = self.proxify(item, f"{path}{separator}{k}", (*route, step))
+                if new is not item:
+                    state[k] = new
+            self.objects.proxified(tracked)
+            return x
         if isinstance(x, (list, tuple)):
-            items = [self.proxify(item, f"{path}_{i}") for i, item in enumerate(x)]
-            if type(x) in (list, tuple):
-                return type(x)(items)
-            return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+            items = [self.proxify(item, f"{path}_{i}", (*route, ("item", i))) for i, item in enumerate(x)]
+            if type(x) is tuple:
+                return tuple(items)
+            rebuilt = type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+            if isinstance(x, list):
+                self.objects.rebuilt.append((path, rebuilt, list(rebuilt)))
+            return rebuilt
         if isinstance(x, dict):
-            return type(x)((k, self.proxify(v, f"{path}_{k}")) for k, v in x.items())
+            rebuilt = type(x)(
+                (k, self.proxify(v, f"{path}_{k}", (*route, ("item", k)))) for k, v in x.items()
+            )
+            self.objects.rebuilt.append((path, rebuilt, [*rebuilt.keys(), *rebuilt.values()]))
+            return rebuilt
         return x
 
 
@@ -161,6 +188,17 @@ def _is_plain(out) -> bool:
     return isinstance(out, _PLAIN_LEAVES)
 
 
+def _check_leaves(flat: list) -> None:
+    for leaf in flat:
+        if not isinstance(leaf, _PLAIN_LEAVES):
+            raise TypeError(
+                f"thunder_core.jit: the function returned an object of type {type(leaf).__qualname__} "
+                "that thunder_core cannot look inside. Return tensors and Python values in "
+                "tuples, lists, dicts or dataclasses registered with torch.utils._pytree, or the "
+                "argument objects it was given."
+            )
+
+
 def capture(
     fn,
     args: tuple,
@@ -188,35 +226,41 @@ def capture(
     """
     start = time.perf_counter()
     builder = _InputBuilder(symbolic_sizes)
-    proxy_args = tuple(
-        builder.proxify(a, positional_names[i] if i < len(positional_names) else f"args_{i}")
-        for i, a in enumerate(args)
-    )
-    proxy_kwargs = {k: builder.proxify(v, k) for k, v in kwargs.items()}
-    extra_proxies = [builder.proxify(t, name) for name, t in extra_inputs]
+    try:
+        proxy_args = tuple(
+            builder.proxify(
+                a, positional_names[i] if i < len(positional_names) else f"args_{i}", (("arg", i),)
+            )
+            for i, a in enumerate(args)
+        )
+        proxy_kwargs = {k: builder.proxify(v, k, (("kwarg", k),)) for k, v in kwargs.items()}
+        extra_proxies = [builder.proxify(t, name) for name, t in extra_inputs]
 
-    paths = guard_builder.tensor_paths if guard_builder is not None else {}
-    lifter = TensorLifter(builder, paths)
-    recorder = Recorder(Namer(builder.taken), top_level=True)
-    binder = extra_binder(extra_proxies) if extra_binder is not None else nullcontext()
-    # Seeding and Python-level random draws are refused with or without guards.
-    reads = ExecutedUserCode(
-        (lambda code, g: guard_builder.globals_of(code, g, global_chains(code)))
-        if guard_builder is not None
-        else (lambda code, g: None)
-    )
-    with (
-        _compiling(),
-        capturing_symbolically(symbolic_sizes),
-        record_scope(recorder),
-        autograd_functions_recorded_whole(),
-        module_backward_hooks_recorded(),
-        CaptureMode(lifter),
-        binder,  # inside capture: what a plugin records while binding is part of the trace
-        reads,
-        blocks_recorded(list(block_modules)),
-    ):
-        out = fn(*proxy_args, **proxy_kwargs)
+        paths = guard_builder.tensor_paths if guard_builder is not None else {}
+        lifter = TensorLifter(builder, paths)
+        recorder = Recorder(Namer(builder.taken), top_level=True)
+        binder = extra_binder(extra_proxies) if extra_binder is not None else nullcontext()
+        # Seeding and Python-level random draws are refused with or without guards.
+        reads = ExecutedUserCode(
+            (lambda code, g: guard_builder.globals_of(code, g, global_chains(code)))
+            if guard_builder is not None
+            else (lambda code, g: None)
+        )
+        with (
+            _compiling(),
+            capturing_symbolically(symbolic_sizes),
+            record_scope(recorder),
+            autograd_functions_recorded_whole(),
+            module_backward_hooks_recorded(),
+            CaptureMode(lifter),
+            binder,  # inside capture: what a plugin records while binding is part of the trace
+            reads,
+            blocks_recorded(list(block_modules)),
+        ):
+            out = fn(*proxy_args, **proxy_kwargs)
+        out, epilogue, changed = builder.objects.epilogue(out, _is_plain)
+    finally:
+        builder.objects.restore()  # the caller's objects as they were; the epilogue redoes the changes
     recorder.namer.taken.update(builder.taken)
     if guard_builder is not None:
         guard_builder.arrays_read |= lifter.arrays_read
@@ -239,15 +283,12 @@ def capture(
         )
 
     treespec = None
-    if not _is_plain(out):
+    if epilogue is not None:
+        _check_leaves(out if epilogue.treespec is not None else [])
+        out = [*out, *changed]  # the function's outputs, flat, then what the epilogue stores
+    elif not _is_plain(out):
         flat, treespec = pytree.tree_flatten(out)
-        for leaf in flat:
-            if not isinstance(leaf, _PLAIN_LEAVES):
-                raise TypeError(
-                    f"thunder_core.jit: the function returned an object of type {type(leaf).__qualname__} "
-                    "that thunder_core cannot look inside. Return tensors and Python values in "
-                    "tuples, lists, dicts or dataclasses registered with torch.utils._pytree."
-                )
+        _check_leaves(flat)
         out = flat
     if symbolic_sizes is not None:
         symbolic_sizes.name_sizes(builder.inputs)
@@ -257,5 +298,6 @@ def capture(
         output=out,
         provenance=Provenance("capture", time.perf_counter() - start),
         output_treespec=treespec,
+        epilogue=epilogue,
     )
     return trace, lifter.tensors

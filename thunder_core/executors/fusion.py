@@ -221,6 +221,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
         else:
             read_after = trace_outputs | {p.name for b in deferred for p in b.flat_args()}
             region = _region(list(run), position, last_uses, read_after)
+            whole = list(run)  # what is given back if the region fails, the views moved after it included
             after: list[BoundSymbol] = []
             if executor.views_after_region:
                 after = _views_after(run, region.outputs)
@@ -235,10 +236,12 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
             try:
                 compiled = executor.compile_region(region)
             except RegionNotSupported as reason:
+                run[:] = whole
                 give_back(f"{executor.name} could not compile the region: {reason}")
                 run.clear()
                 return
             except Exception as error:
+                run[:] = whole
                 give_back(report_failure(executor.name, "compiling a region", operations(run), error))
                 run.clear()
                 return

@@ -45,6 +45,9 @@ class Trace:
         default_factory=dict, repr=False
     )  # set by fusion passes: name -> why torch runs it
     boxed_inputs: bool = False
+    # Set on a captured trace whose function changed or returned its argument objects: what the
+    # caller does after the program runs (thunder_core.capture.objects.Epilogue).
+    epilogue: Any = field(default=None, repr=False)
     _callable: Any = field(default=None, repr=False)
 
     def with_bound_symbols(

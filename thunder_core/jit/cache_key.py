@@ -3,8 +3,10 @@
 A key holds, per tensor, its shape, strides (its memory layout), dtype, device and requires_grad; per Python number,
 string, None, dtype, device, memory format, layout, slice, Ellipsis or enum member, its type
 and value; per function, class or Python module, its identity; per container, its type and
-length (and keys); plus the grad mode. Anything else (objects whose attributes could change
-between calls) is rejected with a TypeError naming the argument and the way out.
+length (and keys); per plain Python object (a dataclass, a cache object), its type, its
+attribute names and, walked in turn, their values; plus the grad mode. Anything else (a
+module, an object without attributes of its own) is rejected with a TypeError naming the
+argument and the way out.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 import types
 
 import torch
+
+from thunder_core.capture.objects import MAX_DEPTH, is_argument_object, object_items
 
 Tensor = torch.Tensor
 _VALUE_TYPES = (
@@ -32,12 +36,12 @@ def unsupported_argument(path: str, value) -> TypeError:
         f"thunder_core.jit: argument {path!r} has type {type(value).__qualname__}, which a jitted "
         "function cannot take: its attributes could change between calls without the cache seeing it. "
         "Pass tensors, Python numbers, strings, None, dtypes, devices, memory formats, slices, enums, "
-        "functions and tuples/lists/dicts of them; close over other objects instead (what the trace "
-        "reads from them is guarded)."
+        "functions, and tuples, lists, dicts and plain objects (dataclasses) of them; close over other "
+        "objects instead (what the trace reads from them is guarded)."
     )
 
 
-def add_to_key(x, key: list, leaves: list, path: str) -> None:
+def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0) -> None:
     """Append ``x``'s part of the key; tensors and numbers also go to ``leaves``."""
     if isinstance(x, Tensor):
         key.append(x.shape)
@@ -61,15 +65,31 @@ def add_to_key(x, key: list, leaves: list, path: str) -> None:
     elif isinstance(x, _BY_IDENTITY):
         key.append((type(x), x))  # these compare by identity; the key keeps the object alive
     elif isinstance(x, (tuple, list)):
+        _check_depth(path, depth)
         key.append((type(x), len(x)))
         for i, item in enumerate(x):
-            add_to_key(item, key, leaves, f"{path}[{i}]")
+            add_to_key(item, key, leaves, f"{path}[{i}]", depth + 1)
     elif isinstance(x, dict):
+        _check_depth(path, depth)
         key.append((type(x), tuple(x)))
         for k, item in x.items():
-            add_to_key(item, key, leaves, f"{path}[{k!r}]")
+            add_to_key(item, key, leaves, f"{path}[{k!r}]", depth + 1)
+    elif is_argument_object(x):  # walked by its attributes (thunder_core.capture.objects)
+        _check_depth(path, depth)
+        items = object_items(x)
+        key.append((type(x), tuple(name for name, _ in items)))
+        for name, item in items:
+            add_to_key(item, key, leaves, f"{path}.{name}", depth + 1)
     else:
         raise unsupported_argument(path, x)
+
+
+def _check_depth(path: str, depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise TypeError(
+            f"thunder_core.jit: argument {path!r} is nested more than {MAX_DEPTH} levels deep (or refers to "
+            "itself); pass its tensors, or a flatter object, instead"
+        )
 
 
 def describe(x, path: str, out: dict[str, str]) -> None:
@@ -86,5 +106,11 @@ def describe(x, path: str, out: dict[str, str]) -> None:
         out[path] = f"dict with keys {list(x)}"
         for k, item in x.items():
             describe(item, f"{path}[{k!r}]", out)
+    elif is_argument_object(x):
+        items = object_items(x)
+        out[path] = f"{type(x).__qualname__} with attributes {[name for name, _ in items]}"
+        if path.count(".") < MAX_DEPTH:
+            for name, item in items:
+                describe(item, f"{path}.{name}", out)
     else:
         out[path] = f"{type(x).__name__} {x!r}"

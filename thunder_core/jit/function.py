@@ -175,8 +175,15 @@ class ThunderFunction:
         entry = self._cache.get(key)
         if entry is not None and (entry[0] is None or entry[0]() is None):
             self._hits += 1
-            self._last = entry[2]
-            if not kwargs and self._state is not None and len(leaves) == len(args) + len(self._state.slots):
+            compiled = self._last = entry[2]
+            if compiled.epilogue is not None:  # argument objects: changed, or returned
+                return compiled.epilogue(entry[1](*leaves), args, kwargs)
+            if (
+                not kwargs
+                and self._state is not None
+                and len(leaves) == len(args) + len(self._state.slots)
+                and all(isinstance(a, Tensor) for a in args)
+            ):
                 self._remember_fast(key, entry, leaves, self._state.key())
             return entry[1](*leaves)
         return self._miss(key, leaves, args, kwargs)
@@ -240,20 +247,20 @@ class ThunderFunction:
         self._misses += 1
         for compiled in reversed(self._variants.get(key, ())):
             if compiled.guard is None or compiled.guard.check() is None:
-                return self._use(key, compiled, leaves)
+                return self._use(args, kwargs, key, compiled, leaves)
         if self._state is not None:
             if self._state.refresh():  # parameters, buffers or submodules were added, removed or replaced
                 key, leaves = self._key([key[0]], args, kwargs)
                 for compiled in reversed(self._variants.get(key, ())):
                     if compiled.guard is None or compiled.guard.check() is None:
-                        return self._use(key, compiled, leaves)
+                        return self._use(args, kwargs, key, compiled, leaves)
             rebound = self._rebind(key)
             if rebound is not None:
-                return self._use(key, rebound, leaves)
+                return self._use(args, kwargs, key, rebound, leaves)
         symbolic = self._symbolic_entry(key, leaves)
         if symbolic is not None:
             self._variants.setdefault(key, []).append(symbolic)
-            return self._use(key, symbolic, leaves)
+            return self._use(args, kwargs, key, symbolic, leaves)
         description = self._describe(args, kwargs)
         reason = self._why_recompile(key, leaves, description)
         if len(self._entries) >= self._recompile_limit:
@@ -276,7 +283,7 @@ class ThunderFunction:
         self._variants.setdefault(key, []).append(compiled)
         self._entries.append(compiled)
         self._descriptions.append(description)
-        return self._use(key, compiled, leaves)
+        return self._use(args, kwargs, key, compiled, leaves)
 
     def _rebind(self, key) -> Compiled | None:
         """An entry for ``key`` that holds for the module tree as it is now, its guard re-made.
@@ -422,11 +429,13 @@ class ThunderFunction:
 
         return repeated_blocks(self._guard_root)
 
-    def _use(self, key, compiled: Compiled, leaves):
+    def _use(self, args, kwargs, key, compiled: Compiled, leaves):
         check = compiled.guard.check if compiled.guard is not None and len(compiled.guard) else None
         self._cache[key] = (check, compiled.callable, compiled)
         self._fast = None
         self._last = compiled
+        if compiled.epilogue is not None:
+            return compiled.epilogue(compiled.callable(*leaves), args, kwargs)
         return compiled.callable(*leaves)
 
     def _warn_recompiles(self, reason: str) -> None:

@@ -54,6 +54,9 @@ class Compiled:
     key: tuple = ()  # the cache key of the call it was compiled for
     symbolic_dims: dict = field(default_factory=dict)  # {tensor index among the inputs: symbolic dims}
     sizes_note: str = ""  # which sizes are symbolic, or why none are
+    epilogue: object = (
+        None  # thunder_core.capture.objects.Epilogue: what to do to argument objects after a call
+    )
 
 
 def _torch_only(job):
@@ -176,6 +179,7 @@ def compile_function(
             compiled = _compile(
                 flat, lifted, job, ambient, block_inputs=block_input_names(captured.bound_symbols)
             )
+    compiled.epilogue = captured.epilogue
     if symbolic_sizes is not None:
         compiled.size_guard = symbolic_sizes.guard()  # after every pass: their size guards included
     if _keeps_cpu_memory(job) and any(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import torch
+from torch._prims_common import _is_non_overlapping_and_dense_or_false
 
+from thunder_core.ir.symbolic import SymbolicSizeError, has_symbolic_shape
 from thunder_core.ops import prims
 from thunder_core.ops._helpers import NoDecomposition, new_proxy
 from thunder_core.ops.registry import register_torch_op
@@ -31,6 +33,13 @@ def _converted_proxy(a, dtype, device):
         a.requires_grad and torch.is_grad_enabled() and (dtype.is_floating_point or dtype.is_complex)
     )
     strides = a.stride() if (dtype == a.dtype and device == a.device) else None
+    if strides is None and has_symbolic_shape(a):
+        # No meta tensor takes symbolic sizes: a dense layout is kept (preserve_format), others raise.
+        if not _is_non_overlapping_and_dense_or_false(a.shape, a.stride()):
+            raise SymbolicSizeError(
+                f"converting a tensor of symbolic sizes {tuple(a.shape)} and overlapping strides"
+            )
+        strides = a.stride()
     if strides is None:
         strides = torch.empty_strided(a.shape, a.stride(), device="meta").to(dtype).stride()
     return new_proxy(a.shape, dtype, device, requires_grad, strides)
