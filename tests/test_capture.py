@@ -79,8 +79,8 @@ def test_branch_on_shapes_and_python_values_is_specialized():
 
 
 def test_unsupported_argument_type_names_the_argument():
-    class Config:
-        pass
+    class Config:  # no attributes of its own to walk (plain objects are taken: tests/test_objects.py)
+        __slots__ = ("size",)
 
     def fn(x, cfg):
         return x

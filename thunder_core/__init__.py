@@ -6,6 +6,7 @@ runs it as generated Python that calls the executors' implementations.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
@@ -19,7 +20,7 @@ from thunder_core.explain import Explanation, explain
 from thunder_core.inspection import cache_info, last_backward_traces, last_blocks, last_traces
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
-from thunder_core.jit.module import ThunderModule
+from thunder_core.jit.module import ThunderModule, jit_method
 from thunder_core.plugins.errors import ConfigError, PluginError
 
 __all__ = [
@@ -70,7 +71,8 @@ def jit(
     reuse_blocks: bool = True,
     dynamic: bool | None = None,
 ):
-    """Compile a function of tensors, or an ``nn.Module``.
+    """Compile a function of tensors, or an ``nn.Module`` (or a module's bound method:
+    ``model.forward = thunder_core.jit(model.forward)`` is cached like ``jit(model)``).
 
     ``executors`` is the ordered list of executors that may claim operations (the torch
     executor always takes what is left); without it, every available installed executor
@@ -89,7 +91,10 @@ def jit(
     state) is unchanged; a change recompiles (``cache_info(jfn).reasons`` says what changed).
     ``cache="same input"`` skips those checks: only the inputs' metadata selects the compiled
     code, so a changed Python value is silently ignored — use it only when nothing changes.
-    After ``recompile_limit`` compilations, new signatures run eagerly and a warning says
+    Arguments may also be lists, dicts and plain Python objects (dataclasses, Hugging Face
+    ``Cache`` objects): their tensors are inputs, the rest is keyed by value, and what the
+    function does to them (an attribute set, an item appended) is done to the caller's objects
+    after each call, as eager does. After ``recompile_limit`` compilations, new signatures run eagerly and a warning says
     what kept changing.
 
     For a module, each call of a repeated block (a child of an ``nn.ModuleList`` or
@@ -109,6 +114,8 @@ def jit(
                  "dynamic": dynamic}  # fmt: skip
     if isinstance(fn, nn.Module):
         return ThunderModule.from_arguments(fn, arguments)
+    if inspect.ismethod(fn) and isinstance(fn.__self__, nn.Module):  # model.forward = jit(model.forward)
+        return jit_method(fn, arguments)
     if not callable(fn):
         raise TypeError(f"thunder_core.jit expects a function or an nn.Module, got {type(fn).__qualname__}")
     return ThunderFunction.from_arguments(fn, arguments)

@@ -87,12 +87,16 @@ class Printer:
     def __init__(self):
         self.namespace = _Namespace()
         self.namespace.module("torch", torch)
+        self.bound_sizes: set | None = None  # the size symbols the trace's inputs give, once known
 
     def value(self, x) -> str:
         if isinstance(x, PROXY_TYPES):
             return x.name
         if isinstance(x, symbolic.SYMBOLIC_TYPES):
             self.namespace.module("math", math)  # torch's printer writes math.floor, math.ceil, ...
+            if self.bound_sizes is not None and not x.node.expr.free_symbols <= self.bound_sizes:
+                # A part of a program (a fusion region) using a size none of its inputs has.
+                raise symbolic.SymbolicSizeError(f"the size {x} is not a size of this program's inputs")
             return symbolic.source(x)
         if x is None or isinstance(x, (bool, int, str)):
             return repr(x)
@@ -199,8 +203,10 @@ def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
         if names:
             lines.append(f"  {', '.join(names)}{',' if len(names) == 1 else ''} = {box}")
         lines.append(f"  {box}.clear()  # the caller's list held the only other reference")
-    for size, name, dim in symbolic.size_symbols(trace.inputs):  # symbolic sizes, bound from the inputs
+    bindings = symbolic.size_symbols(trace.inputs)  # symbolic sizes, bound from the inputs
+    for size, name, dim in bindings:
         lines.append(f"  {symbolic.source(size)} = {name}.shape[{dim}]")
+    printer.bound_sizes = {size.node.expr for size, _, _ in bindings}
     last_source = None
     for bsym in trace.bound_symbols:
         if bsym.source is not None and bsym.source != last_source:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import gc
 import inspect
@@ -88,6 +89,7 @@ class ThunderFunction:
         reuse_blocks: bool = True,
         dynamic: bool | None = None,
         arguments: dict | None = None,
+        remake=None,
     ):
         check_dynamic(dynamic)
         if cache not in CACHE_MODES:
@@ -106,6 +108,7 @@ class ThunderFunction:
         self._dynamic = dynamic
         self._fixed_dims: set[tuple[int, int]] = set()  # (tensor index, dim) the program specialized
         self._arguments = arguments  # thunder_core.jit's arguments, for pickling
+        self._remake = remake  # fn -> a new ThunderFunction of it (a module's bound method: jit_method)
         self._recompile_limit = recompile_limit
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
         self._guarded = cache == "guarded"
@@ -454,7 +457,10 @@ class ThunderFunction:
         )
 
     def __deepcopy__(self, memo):
-        """A copy compiles anew: the same function and options, an empty cache."""
+        """A copy compiles anew: the same function and options, an empty cache. A module's bound
+        method is copied with its module (``copy.deepcopy(model)`` after ``model.forward = jit(model.forward)``)."""
+        if self._remake is not None:
+            return self._remake(copy.deepcopy(self._fn, memo))
         if self._state is not None:
             raise TypeError("copy the ThunderModule, not its forward")
         return ThunderFunction(self._fn, arguments=self._arguments, **self._options)
@@ -462,6 +468,8 @@ class ThunderFunction:
     def __reduce_ex__(self, protocol):
         if self._arguments is None:
             raise TypeError(f"{self!r} was not made by thunder_core.jit and cannot be pickled")
+        if self._remake is not None:
+            return (_remade, (self._remake, self._fn))
         return (ThunderFunction.from_arguments, (self._fn, self._arguments))
 
     @staticmethod
@@ -501,6 +509,10 @@ def tensor_metadata_check(tensors: tuple):
     except Exception:  # noqa: BLE001  (a torch without it: the key path serves every call)
         return None
     return guards.check
+
+
+def _remade(remake, fn):
+    return remake(fn)
 
 
 def job_from_arguments(arguments: dict):

@@ -71,13 +71,14 @@ class ThreadView(dict):
 class _ModuleState:
     """The parameters and buffers of a module, as extra inputs of its jitted forward."""
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module, read_now: bool = True):
         self.module = module
         self.slots: list = []  # (owner module, "_parameters" | "_buffers", attribute, full name)
         self._training: list[nn.Module] = []
         self._structure = None
         self.extensions: list = []  # ModuleExtension objects of the job's plugins, in order
-        self.refresh()
+        if read_now:  # else on the first call (a module still being copied has no tree yet)
+            self.refresh()
 
     def _current_structure(self) -> tuple:
         return tuple(
@@ -219,6 +220,34 @@ def _refuse_distributed_tensors(module: nn.Module) -> None:
                 "Ways out: jit each block before sharding it (fully_shard(thunder_core.jit(block)), then "
                 "fully_shard(model)), or jit the plain model with plugins=['fsdp'] (thunder-plugin-distributed)."
             )
+
+
+def jit_method(method, arguments: dict, copying: bool = False) -> ThunderFunction:
+    """``thunder_core.jit(module.forward)``: the bound method of a module, compiled and cached as
+    ``jit(module)`` is — the module's parameters and buffers are inputs of the trace (read from the
+    module on every call) and the module tree is guarded — so ``model.forward =
+    thunder_core.jit(model.forward)`` keeps ``model``'s hooks, its ``generate`` and its other methods."""
+    module = method.__self__
+    if not copying:
+        _refuse_distributed_tensors(module)
+    job = job_from_arguments(arguments)
+    if job is not None and job.module_transforms:
+        names = sorted({name.split(".")[0] for _, _, name in job.module_transforms})
+        raise TypeError(
+            f"thunder_core.jit: the plugin(s) {names} change the module itself; jit the module "
+            "(thunder_core.jit(model, plugins=...)), not its bound method"
+        )
+    state = _ModuleState(module, read_now=not copying)
+    return ThunderFunction(
+        method,
+        state=state,
+        guard_root=module,
+        signature_of=method,
+        job=job,
+        arguments=arguments,
+        remake=lambda copied: jit_method(copied, arguments, copying=True),
+        **jit_options(arguments),
+    )
 
 
 class ThunderModule(nn.Module):

@@ -1,0 +1,191 @@
+"""Python objects as arguments and results: flattened into tensors plus a keyed structure, and
+what the function does to them done to the caller's objects after every call, as eager does.
+Each case runs eagerly on a copy of the arguments and compares the objects eager leaves."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from torch import nn
+
+import thunder_core
+from thunder_core import CaptureError
+
+from models import hf_llama, token_batch
+
+
+@dataclass
+class State:
+    hidden: torch.Tensor
+    scale: float = 2.0
+    history: list = field(default_factory=list)
+    steps: int = 0
+    ready: bool = False
+
+
+def step(x, state: State):
+    out = (x @ state.hidden).tanh() * state.scale
+    state.hidden = state.hidden + out.mean()  # an attribute set to a computed tensor
+    state.history.append(out.sum())  # a list appended to
+    state.steps = state.steps + 1  # a Python value changed
+    state.ready = True
+    return out
+
+
+def _same_state(a: State, b: State) -> None:
+    torch.testing.assert_close(a.hidden, b.hidden)
+    assert (a.scale, a.steps, a.ready, len(a.history)) == (b.scale, b.steps, b.ready, len(b.history))
+    for got, want in zip(a.history, b.history):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_dataclass_argument_is_changed_as_eager_changes_it_on_every_call():
+    jfn = thunder_core.jit(step)
+    x = torch.randn(3, 4)
+    mine, reference = State(torch.randn(4, 4)), None
+    reference = copy.deepcopy(mine)
+    for _ in range(4):
+        torch.testing.assert_close(jfn(x, mine), step(x, reference))
+        _same_state(mine, reference)
+    info = thunder_core.cache_info(jfn)
+    # steps and the history's length are in the key: each new value compiles, as a Python value does
+    assert info.entries == 4 and info.hits == 0
+    fresh, fresh_reference = State(torch.randn(4, 4)), None
+    fresh_reference = copy.deepcopy(fresh)
+    torch.testing.assert_close(jfn(x, fresh), step(x, fresh_reference))  # another object, same structure
+    _same_state(fresh, fresh_reference)
+    assert thunder_core.cache_info(jfn).hits == 1
+
+
+def test_an_object_whose_tensors_change_hits_the_cache_and_is_updated():
+    @dataclass
+    class Cache:
+        keys: torch.Tensor
+        seen: torch.Tensor
+
+    def attend(q, cache: Cache):
+        cache.keys = torch.cat([cache.keys[1:], q])  # a new tensor in the attribute, same shape
+        cache.seen.add_(1)  # a tensor updated in place
+        return (q @ cache.keys.T).softmax(-1)
+
+    jfn = thunder_core.jit(attend)
+    mine = Cache(torch.randn(5, 8), torch.zeros(()))
+    reference = copy.deepcopy(mine)
+    for i in range(5):
+        q = torch.randn(1, 8)
+        torch.testing.assert_close(jfn(q, mine), attend(q, reference))
+        torch.testing.assert_close(mine.keys, reference.keys)
+        assert mine.seen.item() == reference.seen.item() == i + 1
+    assert thunder_core.cache_info(jfn).entries == 1
+
+
+def test_lists_and_dicts_given_are_changed_in_place():
+    def fn(x, outputs: list, stats: dict):
+        y = x.exp()
+        outputs.append(y)
+        stats["max"] = y.max()
+        stats.pop("stale")
+        return y.sum()
+
+    jfn = thunder_core.jit(fn)
+    x = torch.randn(4)
+    mine, stats = [], {"stale": 1}
+    result = jfn(x, mine, stats)
+    torch.testing.assert_close(result, x.exp().sum())
+    assert len(mine) == 1 and set(stats) == {"max"}
+    torch.testing.assert_close(mine[0], x.exp())
+    torch.testing.assert_close(stats["max"], x.exp().max())
+
+
+def test_the_argument_object_returned_is_the_callers_own():
+    def fn(x, state: State):
+        state.hidden = state.hidden * x
+        return {"out": state.hidden.sum(), "state": state}
+
+    jfn = thunder_core.jit(fn)
+    for _ in range(2):
+        state = State(torch.randn(3))
+        expected = state.hidden * 2.0
+        result = jfn(torch.tensor(2.0), state)
+        assert result["state"] is state
+        torch.testing.assert_close(state.hidden, expected)
+
+
+def test_a_change_to_a_container_that_cannot_be_replayed_is_refused():
+    class Log(list):
+        pass
+
+    def fn(x, log: Log):
+        log.append(x.sum())
+        return x * 2
+
+    with pytest.raises(CaptureError, match="changes its argument log"):
+        thunder_core.jit(fn)(torch.randn(3), Log())
+
+
+def test_a_bound_method_is_cached_like_the_module():
+    class Scaler(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    model = Scaler()
+    model.forward = thunder_core.jit(model.forward)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(model(x), model.linear(x).relu())
+    with torch.no_grad():
+        model.linear.weight.mul_(-1)  # parameters are read on every call
+    torch.testing.assert_close(model(x), model.linear(x).relu())
+    model.linear.weight = nn.Parameter(torch.randn(4, 4))  # a new parameter: an input, not a recompile
+    torch.testing.assert_close(model(x), model.linear(x).relu())
+    info = thunder_core.cache_info(model.forward)
+    assert info.entries == 1 and info.hits == 2
+    copied = copy.deepcopy(model)  # the copy's forward is compiled for the copy
+    with torch.no_grad():
+        copied.linear.weight.zero_()
+    torch.testing.assert_close(copied(x), copied.linear.bias.relu().expand(2, 4))
+    torch.testing.assert_close(model(x), model.linear(x).relu())
+
+
+def _generate(model, prompt, **kwargs):
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, use_cache=True, **kwargs)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache):
+    torch.manual_seed(0)
+    model = hf_llama(n_layer=2).eval()
+    kwargs = {} if cache == "dynamic" else {"cache_implementation": "static"}
+    prompts = [token_batch(1, 9, seed=1), token_batch(1, 5, seed=2)]
+    expected = [_generate(model, p, **kwargs) for p in prompts]
+    model.forward = thunder_core.jit(model.forward)
+    entries = []
+    for prompt, want in zip(prompts, expected):
+        assert torch.equal(_generate(model, prompt, **kwargs), want)
+        entries.append(thunder_core.cache_info(model.forward).entries)
+    info = thunder_core.cache_info(model.forward)
+    assert info.hits + info.misses == 2 * 6  # a forward call per token
+    assert entries[0] <= 3 and entries[1] - entries[0] <= 2, info.reasons  # not a compile per token
+    assert any("symbolic sizes" in reason for reason in info.reasons), info.reasons
+    inputs = [p.name for p in thunder_core.last_traces(model.forward)[0].inputs]
+    assert any(name.startswith("past_key_values_layers_1_keys") for name in inputs), inputs  # the cache's tensors
+
+
+def test_hugging_face_generate_through_the_torch_compile_front_end():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = hf_llama(n_layer=2).eval()
+    prompt = token_batch(1, 7, seed=3)
+    expected = _generate(model, prompt)
+    model.forward = torch.compile(model.forward, backend="thunder_core")
+    assert torch.equal(_generate(model, prompt), expected)
+    report = str(thunder_core.explain(model.forward))
+    assert "-> thunder_core" in report and "[graph 0 submod_" in report, report
+    torch._dynamo.reset()
