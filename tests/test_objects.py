@@ -9,12 +9,11 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from models import hf_llama, token_batch
 from torch import nn
 
 import thunder_core
 from thunder_core import CaptureError
-
-from models import hf_llama, token_batch
 
 
 @dataclass
@@ -155,7 +154,9 @@ def test_a_bound_method_is_cached_like_the_module():
 
 def _generate(model, prompt, **kwargs):
     with torch.no_grad():
-        return model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, use_cache=True, **kwargs)
+        return model.generate(
+            prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, use_cache=True, **kwargs
+        )
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
@@ -175,7 +176,9 @@ def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache
     assert entries[0] <= 3 and entries[1] - entries[0] <= 2, info.reasons  # not a compile per token
     assert any("symbolic sizes" in reason for reason in info.reasons), info.reasons
     inputs = [p.name for p in thunder_core.last_traces(model.forward)[0].inputs]
-    assert any(name.startswith("past_key_values_layers_1_keys") for name in inputs), inputs  # the cache's tensors
+    assert any(name.startswith("past_key_values_layers_1_keys") for name in inputs), (
+        inputs
+    )  # the cache's tensors
 
 
 def test_hugging_face_generate_through_the_torch_compile_front_end():
