@@ -9,6 +9,7 @@ thunder_core[torch]                        # only these executors, in this claim
 thunder_core[inductor(regions=maximal)+numba]   # with executor options
 thunder_core[inductor+numba]/checkpoint    # with plugins
 thunder_core/select=priority               # the claim order decides, without measuring
+thunder_core/dynamic=true                  # every size symbolic from the first call
 """
 
 from __future__ import annotations
@@ -44,16 +45,36 @@ def thunder_core_arguments(spec: str) -> dict:
             for item in filter(None, (match["options"] or "").split(";")):
                 key, _, value = item.partition("=")
                 options.setdefault(match["name"], {})[key] = _value(value)
-    plugins, select = [], None
+    plugins, select, dynamic = [], None, None
     for item in filter(None, tail.split("+")):
         if item.startswith("select="):
             select = item.removeprefix("select=")
+        elif item.startswith("dynamic="):
+            dynamic = _value(item.removeprefix("dynamic="))
         else:
             plugins.append(item)
     arguments = {"executors": executors, "options": options or None, "plugins": plugins or None}
     if select is not None:
         arguments["select"] = select
+    if dynamic is not None:
+        arguments["dynamic"] = dynamic
     return arguments
+
+
+def wrap_forward(model, spec: str) -> None:
+    """Compile ``model.forward`` in place, the way Hugging Face documents it for ``generate``."""
+    import torch
+
+    if spec == "eager":
+        return
+    if spec == "torch.compile":
+        model.forward = torch.compile(model.forward)
+    elif spec == "torch.compile(backend=thunder_core)":
+        model.forward = torch.compile(model.forward, backend="thunder_core")
+    else:
+        import thunder_core
+
+        model.forward = thunder_core.jit(model.forward, **thunder_core_arguments(spec))
 
 
 def wrap(model, spec: str):

@@ -7,12 +7,17 @@ shape really compiles; backends are interleaved over ``--rounds`` rounds. Printe
   backend), each once: the total time with compiles, the time of the first length alone, the
   compiles made (``cache_info`` entries; Dynamo's unique graphs for ``torch.compile``), and a
   second pass over the same lengths, all cached;
-- training: one training step at each of 8 sequence lengths: total time and compiles.
+- training: one training step at each of 8 sequence lengths: total time and compiles;
+- generate: Hugging Face ``generate`` (greedy, 32 new tokens, the default ``DynamicCache``) of a
+  4-layer random-weight Llama (width 256) with ``model.forward`` compiled: the first generate
+  (compiles included), tokens per second of a second generate of the same prompt, a generate of
+  a prompt of a new length, and the compiles made. Tokens are compared with eager's.
 
 Every result is compared with eager's in the same process (logits, and the gradients of the
 first step), and a mismatch is printed.
 
     python benchmarks/dynamic_shapes.py --rounds 3
+    python benchmarks/dynamic_shapes.py --parts generate --backends "eager,torch.compile,thunder_core,thunder_core/dynamic=true,torch.compile(backend=thunder_core)"
 """
 
 from __future__ import annotations
@@ -102,8 +107,48 @@ def training(backend: str) -> dict:
     return {"total_s": total, "compiles": _compiles(backend, wrapped), "mismatches": mismatches}
 
 
+GENERATE_PROMPTS = (24, 40)
+NEW_TOKENS = 32
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                         num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512)  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+def generate(backend: str) -> dict:
+    import torch
+    from backends import wrap_forward
+
+    torch.manual_seed(0)
+    model = _llama()
+    prompts = [
+        torch.randint(0, 2048, (1, n), generator=torch.Generator().manual_seed(n)) for n in GENERATE_PROMPTS
+    ]
+
+    def run(prompt):
+        with torch.no_grad():
+            return model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                  pad_token_id=0)  # fmt: skip
+
+    expected = [run(p) for p in prompts]
+    wrap_forward(model, backend)
+    timings, outputs = [], []
+    for prompt in (prompts[0], prompts[0], prompts[1]):  # first generate, steady state, a new length
+        start = time.perf_counter()
+        outputs.append(run(prompt))
+        timings.append(time.perf_counter() - start)
+    mismatches = sum(not torch.equal(got, want) for got, want in zip(outputs, [expected[0], *expected]))
+    return {"first_s": timings[0], "tokens_per_s": NEW_TOKENS / timings[1], "new_length_s": timings[2],
+            "compiles": _compiles(backend, model.forward), "mismatches": mismatches}  # fmt: skip
+
+
 def measure(backend: str, part: str) -> dict:
-    return {"backend": backend, **(serving(backend) if part == "serving" else training(backend))}
+    parts = {"serving": serving, "training": training, "generate": generate}
+    return {"backend": backend, **parts[part](backend)}
 
 
 def main() -> None:
@@ -129,12 +174,19 @@ def main() -> None:
                 return run_isolated(__file__, "--backend", backend, "--part", part, env=env)
 
         runs = interleaved(one, args.backends.split(","), args.rounds)
-        lengths = SERVING_LENGTHS if part == "serving" else TRAINING_LENGTHS
-        print(f"{part}: 4-layer litgpt, width 256, {len(lengths)} lengths, {args.rounds} interleaved rounds")
-        columns = ["total_s", "first_s", "second_s"] if part == "serving" else ["total_s"]
+        if part == "generate":
+            print(f"generate: HF Llama, 4 layers, width 256, prompts of {GENERATE_PROMPTS[0]} then "
+                  f"{GENERATE_PROMPTS[1]} tokens, {NEW_TOKENS} new tokens, {args.rounds} interleaved rounds")  # fmt: skip
+            columns = ["first_s", "tokens_per_s", "new_length_s"]
+        else:
+            lengths = SERVING_LENGTHS if part == "serving" else TRAINING_LENGTHS
+            print(
+                f"{part}: 4-layer litgpt, width 256, {len(lengths)} lengths, {args.rounds} interleaved rounds"
+            )
+            columns = ["total_s", "first_s", "second_s"] if part == "serving" else ["total_s"]
         print(f"  {'backend':38s}" + "".join(f"{c:>22s}" for c in columns) + f"{'compiles':>10s}")
         for backend, results in runs.items():
-            ok = [r for r in results if "total_s" in r]
+            ok = [r for r in results if columns[0] in r]
             if not ok:
                 print(f"  {backend:38s} failed: {results[0].get('error', 'no result')}")
                 continue

@@ -99,6 +99,22 @@ def test_lists_and_dicts_given_are_changed_in_place():
     torch.testing.assert_close(stats["max"], x.exp().max())
 
 
+def test_one_object_given_twice_is_one_object():
+    def fn(state: State, same: State, items: list, again: list):
+        state.hidden = state.hidden + 1
+        items.append(items[0] * 2)
+        return same.hidden * 2, len(again)
+
+    jfn = thunder_core.jit(fn)
+    for _ in range(2):
+        mine, items = State(torch.zeros(3)), [torch.ones(2)]
+        ref, ref_items = copy.deepcopy(mine), [torch.ones(2)]
+        got, want = jfn(mine, mine, items, items), fn(ref, ref, ref_items, ref_items)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(mine.hidden, ref.hidden)
+        assert len(items) == len(ref_items) == 2
+
+
 def test_the_argument_object_returned_is_the_callers_own():
     def fn(x, state: State):
         state.hidden = state.hidden * x

@@ -41,8 +41,18 @@ def unsupported_argument(path: str, value) -> TypeError:
     )
 
 
-def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0) -> None:
-    """Append ``x``'s part of the key; tensors and numbers also go to ``leaves``."""
+def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0, seen: dict | None = None) -> None:
+    """Append ``x``'s part of the key; tensors and numbers also go to ``leaves``.
+
+    ``seen`` (shared by the arguments of one call) holds the plain lists, dicts and objects
+    walked so far: one reached again is keyed as that one, and its tensors are not leaves twice
+    (capture proxifies each such container once, in place)."""
+    if seen is not None and (type(x) is list or type(x) is dict or is_argument_object(x)):
+        ordinal = seen.get(id(x))
+        if ordinal is not None:
+            key.append(("same object as", ordinal))
+            return
+        seen[id(x)] = len(seen)
     if isinstance(x, Tensor):
         key.append(x.shape)
         key.append(x.stride())
@@ -68,18 +78,18 @@ def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0) -> None:
         _check_depth(path, depth)
         key.append((type(x), len(x)))
         for i, item in enumerate(x):
-            add_to_key(item, key, leaves, f"{path}[{i}]", depth + 1)
+            add_to_key(item, key, leaves, f"{path}[{i}]", depth + 1, seen)
     elif isinstance(x, dict):
         _check_depth(path, depth)
         key.append((type(x), tuple(x)))
         for k, item in x.items():
-            add_to_key(item, key, leaves, f"{path}[{k!r}]", depth + 1)
+            add_to_key(item, key, leaves, f"{path}[{k!r}]", depth + 1, seen)
     elif is_argument_object(x):  # walked by its attributes (thunder_core.capture.objects)
         _check_depth(path, depth)
         items = object_items(x)
         key.append((type(x), tuple(name for name, _ in items)))
         for name, item in items:
-            add_to_key(item, key, leaves, f"{path}.{name}", depth + 1)
+            add_to_key(item, key, leaves, f"{path}.{name}", depth + 1, seen)
     else:
         raise unsupported_argument(path, x)
 

@@ -193,14 +193,15 @@ class ThunderFunction:
 
     def _key(self, key: list, args, kwargs) -> tuple[tuple, list]:
         leaves: list = []
+        seen: dict = {}
         key.append(len(args))
         names = self._names
         for i, a in enumerate(args):
-            add_to_key(a, key, leaves, names[i] if i < len(names) else f"args[{i}]")
+            add_to_key(a, key, leaves, names[i] if i < len(names) else f"args[{i}]", 0, seen)
         if kwargs:
             key.append(tuple(kwargs))
             for name, value in kwargs.items():
-                add_to_key(value, key, leaves, name)
+                add_to_key(value, key, leaves, name, 0, seen)
         if self._state is not None:
             key.append(self._state.key())
             for t in self._state.tensors():  # real tensors, also while another thread captures
