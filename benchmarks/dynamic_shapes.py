@@ -193,7 +193,7 @@ def main() -> None:
             wrong = sum(r["mismatches"] for r in ok)
             print(
                 f"  {backend:38s}"
-                + "".join(f"{spread([r[c] for r in ok], digits=2):>22s}" for c in columns)
+                + "".join(f" {spread([r[c] for r in ok], digits=2):>21s}" for c in columns)
                 + f"{spread([r['compiles'] for r in ok], digits=0):>10s}"
                 + (f"  {wrong} RESULTS DIFFER FROM EAGER" if wrong else "")
             )
