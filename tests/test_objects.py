@@ -208,3 +208,16 @@ def test_hugging_face_generate_through_the_torch_compile_front_end():
     report = str(thunder_core.explain(model.forward))
     assert "-> thunder_core" in report and "[graph 0 submod_" in report, report
     torch._dynamo.reset()
+
+
+def test_an_object_keeping_state_in_slots_is_refused():
+    class Base:
+        __slots__ = ("scale",)  # not in vars(): the key could not see it change
+
+    class Mixed(Base):
+        pass
+
+    mixed = Mixed()
+    mixed.scale, mixed.t = 2.0, torch.ones(2)
+    with pytest.raises(TypeError, match="argument 'o' has type .*Mixed"):
+        thunder_core.jit(lambda o: o.t * o.scale)(mixed)

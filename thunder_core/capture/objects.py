@@ -19,6 +19,7 @@ was given): the epilogue puts the call's own object there.
 from __future__ import annotations
 
 import enum
+import functools
 import types
 from dataclasses import dataclass, field
 
@@ -39,11 +40,27 @@ _REFERENCED = (
 
 
 def is_argument_object(x) -> bool:
-    """A plain Python object whose state is its attributes: walked, not keyed by identity."""
+    """A plain Python object whose state is its attributes (``vars``): walked, not keyed by
+    identity. Objects that keep state elsewhere too (``__slots__``) are not."""
     return (
         hasattr(x, "__dict__")
         and not isinstance(x, (torch.Tensor, torch.nn.Module, dict, list, tuple, *_REFERENCED))
         and not callable(x)
+        and not _has_slots(type(x))
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _has_slots(cls: type) -> bool:
+    return any(
+        set(
+            getattr(klass, "__slots__", ())
+            if not isinstance(getattr(klass, "__slots__", ()), str)
+            else (klass.__slots__,)
+        )
+        - {"__dict__", "__weakref__"}
+        for klass in cls.__mro__
+        if "__slots__" in vars(klass)
     )
 
 
