@@ -221,3 +221,43 @@ def test_an_object_keeping_state_in_slots_is_refused():
     mixed.scale, mixed.t = 2.0, torch.ones(2)
     with pytest.raises(TypeError, match="argument 'o' has type .*Mixed"):
         thunder_core.jit(lambda o: o.t * o.scale)(mixed)
+
+
+def test_training_with_an_object_that_keeps_results_of_earlier_steps():
+    # The list keeps each step's loss, which needs a gradient and whose graph is freed after its
+    # backward: the next steps store it again untouched and never differentiate through it.
+    @dataclass
+    class Run:
+        scale: torch.Tensor
+        losses: list
+
+    def loss_of(w, run: Run):
+        loss = (w * run.scale).tanh().sum()
+        run.scale = run.scale * 0.5
+        run.losses.append(loss)
+        return loss
+
+    w = torch.randn(3, requires_grad=True)
+    mine, reference = Run(torch.ones(3), []), Run(torch.ones(3), [])
+    jfn = thunder_core.jit(loss_of)
+    for _ in range(3):
+        w.grad = None
+        jfn(w, mine).backward()
+        got = w.grad
+        w.grad = None
+        loss_of(w, reference).backward()
+        torch.testing.assert_close(got, w.grad)
+        torch.testing.assert_close(mine.scale, reference.scale)
+    first = mine.losses[0]
+    assert len(mine.losses) == 3 and mine.losses[0] is first
+    torch.testing.assert_close(torch.stack(mine.losses), torch.stack(reference.losses))
+
+
+def test_an_argument_that_requires_grad_but_is_unused_is_not_differentiated_through():
+    w = torch.randn(3, requires_grad=True)
+    stale = (w * 3).sum()
+    stale.backward()  # its graph is freed: eager never walks into it again
+    jfn = thunder_core.jit(lambda x, unused: (x * 2).sum())
+    w.grad = None
+    jfn(w, stale).backward()
+    torch.testing.assert_close(w.grad, torch.full((3,), 2.0))

@@ -46,6 +46,7 @@ class Split:
     output_structure: object  # the user output with leaves replaced by their flat index
     names: dict = None  # a value's name in the given trace -> its name in the forward, where they differ
     retain_grad_outputs: tuple = ()  # flat output positions the program called retain_grad() on
+    without_gradient: tuple = ()  # input positions that require grad but get none (unused by the outputs)
 
 
 def needs_grad(bsym: BoundSymbol) -> bool:
@@ -230,4 +231,11 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
         function_name="backward",
         provenance=Provenance("autodiff: backward", time.perf_counter() - start),
     )
-    return Split(forward, backward, differentiable, structure, replay.names, tuple(retained.values()))
+    without_gradient = tuple(
+        i
+        for i, (p, g) in enumerate(zip(trace.inputs, input_grads))
+        if isinstance(p, TensorProxy) and p.requires_grad and g is None
+    )
+    return Split(
+        forward, backward, differentiable, structure, replay.names, tuple(retained.values()), without_gradient
+    )

@@ -82,6 +82,7 @@ class _InputBuilder:
                 shape, strides = self._sizes.metadata(x, len(self.inputs), name)
             proxy = TensorProxy(name, shape, x.dtype, x.device, x.requires_grad, strides)
             self.inputs.append(proxy)
+            self.objects.input_routes[id(proxy)] = route
             return proxy
         if isinstance(x, (bool, int, float, complex)):
             self.inputs.append(NumberProxy(self._name(path), x))

@@ -10,6 +10,8 @@ shapes in every layer), so each distinct call runs on meta once per process.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from thunder_core.capture import symbolic
@@ -190,22 +192,40 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
     return tree_map(to_proxy, out)
 
 
+class _StandIns:
+    """One stand-in tensor per input proxy of an operation (made by ``make``), remembered so the
+    same proxy passed twice is the same stand-in; a proxy that requires grad gets a non-leaf, so
+    an in-place op is judged as on an intermediate (a real leaf that requires grad still raises
+    at run time exactly as in eager)."""
+
+    def __init__(self, make, mode=contextlib.nullcontext):
+        self._make, self._mode = make, mode
+        self._made: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+
+    def __call__(self, proxy: TensorProxy) -> torch.Tensor:
+        found = self._made.get(id(proxy))
+        if found is not None:
+            return found[0]
+        stand_in = self._make(proxy)
+        if proxy.requires_grad:
+            with self._mode():
+                stand_in = stand_in.requires_grad_().clone()
+        self._made[id(proxy)] = (stand_in, proxy)
+        return stand_in
+
+    def proxies(self) -> dict[int, TensorProxy]:
+        """The input proxy behind each stand-in, by the stand-in's id."""
+        return {id(stand_in): proxy for stand_in, proxy in self._made.values()}
+
+
 def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict):
     """``fn``'s outputs on fake tensors of a symbolic capture (sizes stay symbolic), and the input
     proxy behind each fake (by id)."""
-    fakes: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+    fakes = _StandIns(sizes.fake, lambda: sizes.fake_mode)
 
     def to_fake(x):
         if isinstance(x, TensorProxy):
-            found = fakes.get(id(x))
-            if found is not None:
-                return found[0]
-            fake = sizes.fake(x)
-            if x.requires_grad:
-                with sizes.fake_mode:
-                    fake = fake.requires_grad_().clone()  # a non-leaf, as in _meta_outputs
-            fakes[id(x)] = (fake, x)
-            return fake
+            return fakes(x)
         if isinstance(x, torch.Tensor):
             constant = sizes.fake_mode.from_tensor(x.detach())
             return constant.requires_grad_(x.requires_grad and x.is_floating_point())
@@ -214,25 +234,16 @@ def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict):
     fake_args, fake_kwargs = tree_map(to_fake, args), tree_map(to_fake, kwargs)
     with sizes.fake_mode:
         out = fn(*fake_args, **fake_kwargs)
-    return out, {id(fake): proxy for fake, proxy in fakes.values()}
+    return out, fakes.proxies()
 
 
 def _meta_outputs(fn, args: tuple, kwargs: dict):
     """``fn``'s outputs on meta stand-ins, and the input proxy behind each stand-in (by id)."""
-    metas: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+    metas = _StandIns(lambda p: torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device="meta"))
 
     def to_meta(x):
         if isinstance(x, TensorProxy):
-            found = metas.get(id(x))
-            if found is not None:
-                return found[0]
-            meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-            if x.requires_grad:
-                # A non-leaf, so an in-place op is judged as on an intermediate; a real leaf
-                # that requires grad still raises at run time exactly as in eager.
-                meta = meta.requires_grad_().clone()
-            metas[id(x)] = (meta, x)
-            return meta
+            return metas(x)
         if isinstance(x, torch.Tensor) and x.device.type != "meta":
             return x.detach().to("meta").requires_grad_(x.requires_grad and x.is_floating_point())
         if isinstance(x, torch.device) and x.type != "meta":
@@ -249,4 +260,4 @@ def _meta_outputs(fn, args: tuple, kwargs: dict):
     except NotImplementedError:
         # No meta kernel: learn the output metadata from a run on sample CPU data.
         out = _run_on_sample_data(fn, args, kwargs)
-    return out, {id(meta): proxy for meta, proxy in metas.values()}
+    return out, metas.proxies()

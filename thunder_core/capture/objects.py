@@ -113,9 +113,13 @@ class Epilogue:
     outputs: int  # how many of the program's outputs are the function's own (the rest feed changes)
     treespec: object = None  # rebuilds the function's output from those outputs
     placed: list[tuple[int, int]] = field(default_factory=list)  # (output leaf, container index)
+    # Argument tensors stored again as they are (a list rebuilt around them): taken from the call's
+    # arguments, not passed through the program (whose outputs autograd would connect to them).
+    input_routes: list[tuple] = field(default_factory=list)
 
     def __call__(self, result, args: tuple, kwargs: dict):
         containers = [resolve(route, args, kwargs) for route in self.routes]
+        given = [resolve(route, args, kwargs) for route in self.input_routes]  # before anything changes
         flat = list(result)
         extra = flat[self.outputs :]
         flat = flat[: self.outputs]
@@ -124,11 +128,11 @@ class Epilogue:
         for index, kind, items, removed in self.changes:
             target = containers[index]
             if kind == "list":
-                target[:] = [_build(spec, extra, containers) for spec in items]
+                target[:] = [_build(spec, extra, containers, given) for spec in items]
                 continue
             state = vars(target) if kind == "object" else target
             for key, spec in items:
-                state[key] = _build(spec, extra, containers)
+                state[key] = _build(spec, extra, containers, given)
             for key in removed:
                 del state[key]
         if self.treespec is None:
@@ -151,25 +155,27 @@ def _route_text(route: tuple) -> str:
     return text
 
 
-def _build(spec, tensors: list, containers: list):
+def _build(spec, tensors: list, containers: list, given: list):
     tag = spec[0]
     if tag == "value":
         return spec[1]
     if tag == "tensor":
         return tensors[spec[1]]
+    if tag == "given":
+        return given[spec[1]]
     if tag == "container":
         return containers[spec[1]]
     if tag == "list":
-        return [_build(s, tensors, containers) for s in spec[1]]
+        return [_build(s, tensors, containers, given) for s in spec[1]]
     if tag == "tuple":
-        return tuple(_build(s, tensors, containers) for s in spec[1])
+        return tuple(_build(s, tensors, containers, given) for s in spec[1])
     if tag == "namedtuple":
-        return spec[1](*(_build(s, tensors, containers) for s in spec[2]))
+        return spec[1](*(_build(s, tensors, containers, given) for s in spec[2]))
     if tag == "dict":
-        return {k: _build(s, tensors, containers) for k, s in spec[1]}
+        return {k: _build(s, tensors, containers, given) for k, s in spec[1]}
     # "new": an object the function created; made again without running its __init__
     obj = spec[1].__new__(spec[1])
-    vars(obj).update({k: _build(s, tensors, containers) for k, s in spec[2]})
+    vars(obj).update({k: _build(s, tensors, containers, given) for k, s in spec[2]})
     return obj
 
 
@@ -180,6 +186,9 @@ class ArgumentObjects:
         self.tracked: list[_Tracked] = []
         self._index: dict[int, int] = {}
         self.rebuilt: list[tuple[str, object, list]] = []  # (path, copy, its items): must not change
+        self.input_routes: dict[
+            int, tuple
+        ] = {}  # id of an input proxy -> where its tensor is among the arguments
 
     def track(self, container, kind: str, route: tuple) -> _Tracked | None:
         """Start tracking ``container``; None if it already is (reached twice: proxified once)."""
@@ -215,7 +224,7 @@ class ArgumentObjects:
                     "which a compiled trace cannot replay on the caller's object. Ways out: pass a plain list, "
                     "dict or object, or return the new value instead."
                 )
-        builder = _SpecBuilder(self._index)
+        builder = _SpecBuilder(self._index, self.input_routes)
         changes = []
         for index, tracked in enumerate(self.tracked):
             now, before = tracked.items(), tracked.proxified
@@ -255,6 +264,7 @@ class ArgumentObjects:
             outputs=len(flat),
             treespec=treespec,
             placed=[(leaf, renumber[i]) for leaf, i in placed],
+            input_routes=builder.given,
         )
         return flat, epilogue, builder.tensors
 
@@ -312,8 +322,10 @@ def _holds_proxy(value, depth: int = 0) -> bool:
 class _SpecBuilder:
     """How to make, after the program runs, a value the function left in an argument container."""
 
-    def __init__(self, index: dict[int, int]):
+    def __init__(self, index: dict[int, int], input_routes: dict[int, tuple]):
         self._index = index
+        self._input_routes = input_routes
+        self.given: list[tuple] = []  # routes of argument tensors stored as they are
         self.tensors: list[TensorProxy] = []
         self._positions: dict[int, int] = {}
         self.containers: set[int] = set()
@@ -322,6 +334,9 @@ class _SpecBuilder:
         if id(value) in self._index:
             self.containers.add(self._index[id(value)])
             return ("container", self._index[id(value)])
+        if isinstance(value, TensorProxy) and self._input_routes.get(id(value)):
+            self.given.append(self._input_routes[id(value)])
+            return ("given", len(self.given) - 1)
         if isinstance(value, TensorProxy):
             position = self._positions.get(id(value))
             if position is None:

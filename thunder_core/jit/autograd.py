@@ -38,6 +38,9 @@ class TrainingProgram:
     output_structure: object
     output_treespec: object = None
     retain_grad_outputs: tuple = ()  # flat outputs the program called retain_grad() on
+    # Inputs that require grad but get no gradient: passed detached, so that autograd does not
+    # walk into their graphs (as eager, which never reaches a tensor the outputs do not use).
+    without_gradient: tuple = ()
 
     def rebuild(self, flat):
         out = tree_map(lambda i: flat[i], self.output_structure)
@@ -46,6 +49,11 @@ class TrainingProgram:
         return out
 
     def __call__(self, *leaves):
+        if self.without_gradient:
+            leaves = list(leaves)
+            for i in self.without_gradient:
+                if isinstance(leaves[i], torch.Tensor):
+                    leaves[i] = leaves[i].detach()
         flat = ThunderAutogradFunction.apply(self, *leaves)
         if self.retain_grad_outputs:  # the backward fills their .grad (ops.effects.RetainedGrad)
             node = flat[self.retain_grad_outputs[0]].grad_fn

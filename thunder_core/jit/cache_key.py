@@ -47,12 +47,6 @@ def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0, seen: dict
     ``seen`` (shared by the arguments of one call) holds the plain lists, dicts and objects
     walked so far: one reached again is keyed as that one, and its tensors are not leaves twice
     (capture proxifies each such container once, in place)."""
-    if seen is not None and (type(x) is list or type(x) is dict or is_argument_object(x)):
-        ordinal = seen.get(id(x))
-        if ordinal is not None:
-            key.append(("same object as", ordinal))
-            return
-        seen[id(x)] = len(seen)
     if isinstance(x, Tensor):
         key.append(x.shape)
         key.append(x.stride())
@@ -74,17 +68,23 @@ def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0, seen: dict
                 raise unsupported_argument(path, x)
     elif isinstance(x, _BY_IDENTITY):
         key.append((type(x), x))  # these compare by identity; the key keeps the object alive
+    elif type(x) is list and _seen_before(x, key, seen):
+        return
     elif isinstance(x, (tuple, list)):
         _check_depth(path, depth)
         key.append((type(x), len(x)))
         for i, item in enumerate(x):
             add_to_key(item, key, leaves, f"{path}[{i}]", depth + 1, seen)
+    elif type(x) is dict and _seen_before(x, key, seen):
+        return
     elif isinstance(x, dict):
         _check_depth(path, depth)
         key.append((type(x), tuple(x)))
         for k, item in x.items():
             add_to_key(item, key, leaves, f"{path}[{k!r}]", depth + 1, seen)
     elif is_argument_object(x):  # walked by its attributes (thunder_core.capture.objects)
+        if _seen_before(x, key, seen):
+            return
         _check_depth(path, depth)
         items = object_items(x)
         key.append((type(x), tuple(name for name, _ in items)))
@@ -92,6 +92,18 @@ def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0, seen: dict
             add_to_key(item, key, leaves, f"{path}.{name}", depth + 1, seen)
     else:
         raise unsupported_argument(path, x)
+
+
+def _seen_before(x, key: list, seen: dict | None) -> bool:
+    """Whether the list, dict or object ``x`` was walked before in this call (then keyed as that one)."""
+    if seen is None:
+        return False
+    ordinal = seen.get(id(x))
+    if ordinal is not None:
+        key.append(("same object as", ordinal))
+        return True
+    seen[id(x)] = len(seen)
+    return False
 
 
 def _check_depth(path: str, depth: int) -> None:

@@ -108,6 +108,10 @@ def _lower(trace: Trace, job) -> list[Trace]:
     return traces
 
 
+def _names(proxies) -> list[str]:
+    return [getattr(p, "name", None) for p in proxies]
+
+
 def _with_grad_enabled(program):
     """Run a training program with grad mode on: a call under ``no_grad`` whose function turns
     grad mode on inside (``torch.enable_grad()``) returns outputs that require grad, as in eager."""
@@ -281,6 +285,9 @@ def _compile(
                 split.output_structure,
                 captured.output_treespec,
                 split.retain_grad_outputs,
+                split.without_gradient
+                if _names(forward_traces[-1].inputs) == _names(prepared.inputs)
+                else (),
             )
             if not torch.is_grad_enabled():
                 program = _with_grad_enabled(program)
