@@ -2,6 +2,7 @@
 
     python benchmarks/where_time_goes.py decode      # litgpt ~30M, batch 1, one token per step
     python benchmarks/where_time_goes.py training    # litgpt 4 layers, 4 x 256 tokens
+    python benchmarks/where_time_goes.py training --model llama   # transformers' Llama instead
 
 Prints, for the step: its median time; every measured region with its candidates' times (what
 ``thunder_core.explain`` shows), heaviest first, counted once per call of a repeated block; and
@@ -64,6 +65,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("decode", "training"))
+    parser.add_argument(
+        "--model", choices=("litgpt", "llama"), default="litgpt", help="the training step's model"
+    )
     args = parser.parse_args()
     if args.what == "decode":
         from generate import build_model, generate
@@ -79,9 +83,9 @@ def main() -> None:
     else:
         from training_step import BATCH, LENGTH, build_model, step_of
 
-        model = thunder_core.jit(build_model("litgpt"))
+        model = thunder_core.jit(build_model(args.model))
         idx = torch.randint(0, 2048, (BATCH, LENGTH + 1), generator=torch.Generator().manual_seed(0))
-        step = step_of(model, idx, "litgpt")
+        step = step_of(model, idx, args.model)
 
     step()
     times = []

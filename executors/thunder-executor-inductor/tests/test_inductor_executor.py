@@ -299,3 +299,30 @@ def test_a_region_with_symbolic_sizes_compiles_once_for_every_size():
     assert regions and '"cpu f32[s0' in str(thunder_core.last_traces(jfn)[-1])
     (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.gelu")
     assert report.executor == "inductor"
+
+
+def test_a_region_call_runs_the_generated_code_without_aot_runtime_wrappers():
+    x = torch.randn(64, 64)
+    jfn = thunder_core.jit(lambda t: (F.silu(t) * t + 1).softmax(-1), executors=["inductor"])
+    jfn(x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = jfn(x)
+    torch.testing.assert_close(out, (F.silu(x) * x + 1).softmax(-1))
+    names = {e.name for e in prof.events()}
+    computed_by_aten = names & {"aten::silu", "aten::mul", "aten::add", "aten::_softmax"}
+    assert not computed_by_aten, names  # Inductor's kernel did the work
+    assert not any("AOTDispatcher" in name or "CompiledFxGraph" in name for name in names), names
+
+
+def test_a_traced_region_that_writes_in_place_is_functionalized_before_inductor():
+    from thunder_executor_inductor._impl import _compile_static
+
+    def region(x):
+        y = x.clone()
+        y.mul_(2)  # in place on a buffer the region made, as some decompositions do
+        return (y + 1, y.sum(-1))
+
+    x = torch.randn(8, 16)
+    run = _compile_static(region, [torch.empty_like(x)], {})
+    for got, expected in zip(run(x), region(x)):
+        torch.testing.assert_close(got, expected)

@@ -5,10 +5,14 @@ indexing, cat); matmuls, attention and embeddings stay with the torch executor, 
 kernels Inductor would call anyway. Identical regions (the same ops on the same metadata,
 as in every layer of a transformer) share one compiled function.
 
-A region is traced to an ATen graph with ``make_fx`` and compiled with
-``torch._inductor.standalone_compile``: no Dynamo frame and guards around each call (the
-thunder_core cache already guarantees the metadata), and Inductor's on-disk FX graph cache
-makes a second process's compiles cheap.
+A region is traced to an ATen graph with ``make_fx`` (Inductor's decompositions applied) and
+compiled by Inductor's graph compiler, ``compile_fx_inner``; each call goes straight to the
+generated code: no Dynamo frame and guards (the thunder_core cache already guarantees the
+metadata) and none of AOTAutograd's runtime wrappers, which a region (functional, called
+without autograd) does not need and which cost a few microseconds per call, more with cold
+caches between large matmuls. Regions with symbolic sizes go through
+``torch._inductor.standalone_compile``, which keeps their sizes dynamic. Inductor's on-disk FX
+graph cache makes a second process's compiles cheap either way.
 """
 
 from __future__ import annotations
@@ -19,8 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch._inductor
 import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs; imported here, once
+from torch._guards import TracingContext, tracing
 from torch._inductor import cpu_vec_isa
+from torch._inductor.compile_fx import compile_fx_inner
+from torch._inductor.decomposition import select_decomp_table
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
 from thunder_core.extend import (
@@ -215,11 +224,7 @@ def _compile(region, name: str, options: dict):
             torch.empty_strided(shape, stride, dtype=dtype, device=device)
             for (shape, dtype, device), stride in zip(specs, strides)
         ]
-        graph = make_fx(fn, tracing_mode="fake")(*examples)
-        if not any(node.op == "call_function" for node in graph.graph.nodes):
-            raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
-        with torch._inductor.config.patch(options):  # Inductor's own settings for this job
-            return torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_example_inputs")
+        return _compile_static(fn, examples, options)
 
     expected = tuple(tuple(p.stride()) for p in region.inputs)
     compiled = compile_for(expected)
@@ -241,14 +246,54 @@ def _compile(region, name: str, options: dict):
     return run
 
 
+def _computes_something(graph) -> None:
+    if not any(node.op == "call_function" for node in graph.graph.nodes):
+        raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
+
+
+def _mutates(graph) -> bool:
+    """Whether a traced region updates a tensor in place (a decomposition may write into a buffer
+    it made); such graphs need AOTAutograd's functionalization before Inductor."""
+    for node in graph.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            return True
+    return False
+
+
+def _compile_static(fn, examples: list, options: dict):
+    """A region with static sizes, compiled for ``examples``' sizes and strides into a callable
+    taking the region's inputs and returning its outputs as a list.
+
+    Traced with Inductor's decompositions and handed to ``compile_fx_inner`` under a fake mode
+    with a ShapeEnv of its own (the FX graph cache keys on it); the generated code's entry
+    point is called directly. A graph that updates a tensor in place goes through
+    ``standalone_compile`` (AOTAutograd's functionalization) instead.
+    """
+    graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
+    _computes_something(graph)
+    with torch._inductor.config.patch(options):  # Inductor's own settings for this job
+        if _mutates(graph):
+            graph = make_fx(fn, tracing_mode="fake")(*examples)
+            compiled = torch._inductor.standalone_compile(
+                graph, examples, dynamic_shapes="from_example_inputs"
+            )
+            return lambda *args: compiled(*args)
+        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
+        with tracing(TracingContext(fake_mode)):
+            compiled = compile_fx_inner(graph, fakes)
+    call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
+    return lambda *args: call(list(args))
+
+
 def _compile_symbolic(fn, examples: list, options: dict):
     """A region with symbolic sizes, compiled once for every size: traced on fake inputs of the
     trace's ShapeEnv (so what Inductor assumes about the sizes becomes the trace's guards) and
     compiled with those sizes dynamic. Inputs whose strides the compiled code does not expect
     (it asserts them before computing) run the region's operations as they are."""
     graph = make_fx(fn, tracing_mode="fake")(*examples)
-    if not any(node.op == "call_function" for node in graph.graph.nodes):
-        raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
+    _computes_something(graph)
     with torch._inductor.config.patch(options):
         compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
 
