@@ -203,10 +203,20 @@ def test_hugging_face_generate_through_the_torch_compile_front_end():
     model = hf_llama(n_layer=2).eval()
     prompt = token_batch(1, 7, seed=3)
     expected = _generate(model, prompt)
+    another = token_batch(1, 11, seed=4)
+    expected_another = _generate(model, another)
     model.forward = torch.compile(model.forward, backend="thunder_core")
     assert torch.equal(_generate(model, prompt), expected)
+    assert torch.equal(_generate(model, another), expected_another)  # a prompt of another length
     report = str(thunder_core.explain(model.forward))
     assert "-> thunder_core" in report and "[graph 0 submod_" in report, report
+    assert "-> inductor" not in report, report  # every graph is thunder_core's
+    from thunder_core.inspection import compile_report
+
+    compiles = [
+        thunder_core.cache_info(part).entries for _, _, part in compile_report(model.forward).thunder_parts()
+    ]
+    assert max(compiles) <= 2, compiles  # no compile per generated token
     torch._dynamo.reset()
 
 

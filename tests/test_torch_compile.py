@@ -171,6 +171,48 @@ def test_arithmetic_on_symbolic_sizes_stays_in_the_thunder_part():
     assert "-> inductor" not in report and "split:" not in report, report
 
 
+def _thunder_compiles(opt) -> list[int]:
+    from thunder_core.inspection import compile_report
+
+    return [thunder_core.cache_info(part).entries for _, _, part in compile_report(opt).thunder_parts()]
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_sizes_dynamo_passes_as_ints_are_read_from_the_tensors_and_compile_once_more(dynamic):
+    # Dynamo hands a symbolic size over as an int input of its own beside the tensor it came
+    # from; keyed as an int, every new size would compile the part again (up to the recompile
+    # limit, then eager).
+    def fn(x, y):
+        n = x.shape[1]
+        return (x * 2).softmax(-1) * n + y[:, : n + 1].sum() + x.numel()
+
+    torch._dynamo.reset()
+    opt = torch.compile(fn, backend="thunder_core", dynamic=dynamic)
+    for length in (8, 16, 24, 32, 40, 48, 56):
+        x, y = torch.randn(2, length), torch.randn(2, length + 3)
+        torch.testing.assert_close(opt(x, y), fn(x, y))
+    compiles = _thunder_compiles(opt)
+    assert sum(compiles) <= 3 and max(compiles) <= 2, compiles
+    report = str(thunder_core.explain(opt))
+    assert "-> inductor" not in report and "split:" not in report, report  # numel stays with thunder_core
+    torch._dynamo.reset()
+
+
+def test_a_size_that_is_a_dimension_plus_a_constant_is_read_from_that_dimension():
+    # A mask one longer than the cache: Dynamo's symbol s is the cache's length, the mask's is s + 1.
+    def fn(cache, mask):
+        n = cache.shape[0]
+        return torch.arange(n + 1, dtype=torch.float32) * mask.float() + cache.sum()
+
+    torch._dynamo.reset()
+    opt = torch.compile(fn, backend="thunder_core", dynamic=True)
+    for length in (5, 9, 12, 20):
+        cache, mask = torch.randn(length, 4), torch.rand(length + 1) > 0.5
+        torch.testing.assert_close(opt(cache, mask), fn(cache, mask))
+    assert sum(_thunder_compiles(opt)) <= 2, _thunder_compiles(opt)
+    torch._dynamo.reset()
+
+
 # The stale-value cases of the trust issue, through Dynamo's guards.
 SCALE = 2.0
 

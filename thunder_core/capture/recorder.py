@@ -62,7 +62,9 @@ def _is_value(output) -> bool:
     return output is not None and isinstance(output, _VALUES)
 
 
-_VALUES = (bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+# Symbolic numbers count as values: size arithmetic (``torch.sym_sum``) on a capture's symbolic sizes.
+_VALUES = (bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format,
+           torch.SymInt, torch.SymFloat, torch.SymBool)  # fmt: skip
 
 
 def _effect_error(symbol: Symbol, output) -> CaptureError:

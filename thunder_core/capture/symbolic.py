@@ -121,7 +121,7 @@ def capturing_symbolically(sizes: SymbolicSizes | None):
         _active.reset(token)
 
 
-def _globals() -> dict:
+def guard_globals() -> dict:
     """What guard expressions may call: the functions torch's guard printer writes."""
     import math
 
@@ -165,7 +165,7 @@ class SizeGuard:
         self._ndims = [f.dim() for f in fakes]
         self.is_symbolic = sizes.is_symbolic()  # False when the program fixed every symbolic size
         self._check = eval(
-            compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"), _globals()
+            compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"), guard_globals()
         )
         self._names = [f"t{i}" for i in range(len(positions))]
 
@@ -186,7 +186,9 @@ class SizeGuard:
         for condition in self.expression.split(" and "):
             try:
                 tensors = {n: _Sizes(leaves[p]) for n, p in zip(self._names, self.positions)}
-                holds = eval(compile(f"lambda L: {condition}", "<size guard>", "eval"), _globals())(tensors)
+                holds = eval(compile(f"lambda L: {condition}", "<size guard>", "eval"), guard_globals())(
+                    tensors
+                )
             except Exception:  # noqa: BLE001
                 holds = False
             if not holds:

@@ -12,6 +12,7 @@ for one ``torch.compile``-d callable is kept in a ``CompileReport`` for ``explai
 from __future__ import annotations
 
 import copy
+import operator
 import sys
 import threading
 import warnings
@@ -197,18 +198,116 @@ def _draws_random_numbers(gm: fx.GraphModule) -> bool:
     )
 
 
+def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[int, ...]]:
+    """``gm`` with each size input that is a dimension of one of its tensor inputs read from
+    that tensor instead (``x.size(1)``), and the positions of the inputs this drops.
+
+    Dynamo passes a symbolic size its graph uses as an int input of its own, beside the tensor it
+    came from. Given as an int, thunder_core would key its cache on the int's value and compile
+    a part again for every new size; read from the tensor, the size is one of the tensor's
+    dimensions, which thunder_core's automatic dynamic shapes make symbolic after the first
+    change. Dynamo's guards ensure the int it passes is that tensor's size. A copy of the graph
+    is changed (sharing ``gm``'s parameters); ``gm`` itself stays as Dynamo gave it.
+    """
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    values = [node.meta.get("example_value", node.meta.get("val")) for node in placeholders]
+    dimension_of: dict = {}  # size symbol -> (tensor input position, dim, what the dim adds to it)
+    for position, value in enumerate(values):
+        if isinstance(value, torch.Tensor):
+            for dim, size in enumerate(value.shape):
+                found = _symbol_plus_constant(size)
+                if found is not None:
+                    dimension_of.setdefault(found[0], (position, dim, found[1]))
+    dropped = tuple(
+        position
+        for position, value in enumerate(values)
+        if isinstance(value, torch.SymInt)
+        and value.node.expr.free_symbols
+        and value.node.expr.free_symbols <= dimension_of.keys()
+    )
+    if not dropped:
+        return gm, ()
+    sized = fx.GraphModule(gm, copy.deepcopy(gm.graph))  # shares gm's parameters and buffers
+    graph = sized.graph
+    nodes = list(graph.find_nodes(op="placeholder"))
+    sizes: dict = {}  # size symbol -> the graph node reading it from its tensor
+    last = nodes[-1]  # new nodes go after the placeholders, in the order they are made
+    for position in dropped:
+        expr = values[position].node.expr
+        symbols = sorted(expr.free_symbols, key=str)
+        for symbol in symbols:
+            if symbol not in sizes:
+                tensor, dim, offset = dimension_of[symbol]
+                with graph.inserting_after(last):
+                    sizes[symbol] = last = graph.call_method("size", (nodes[tensor], dim))
+                if offset:  # the dim is the symbol plus a constant (a mask one longer than the cache)
+                    with graph.inserting_after(last):
+                        sizes[symbol] = last = graph.call_function(operator.sub, (last, offset))
+        if expr.is_Symbol:
+            value = sizes[expr]
+        else:  # a size an earlier part of Dynamo's graph computed from sizes (``s0 + 1``)
+            name = f"thunder_core_size_{position}"
+            sized.add_submodule(name, _SizeExpression(expr, symbols))
+            with graph.inserting_after(last):
+                value = last = graph.call_module(name, tuple(sizes[s] for s in symbols))
+        value.meta = dict(nodes[position].meta)
+        nodes[position].replace_all_uses_with(value)
+        graph.erase_node(nodes[position])
+    sized.recompile()
+    return sized, dropped
+
+
+def _symbol_plus_constant(size) -> tuple | None:
+    """``(symbol, constant)`` when the SymInt ``size`` is a size symbol plus an integer constant."""
+    if not isinstance(size, torch.SymInt):
+        return None
+    expr = size.node.expr
+    if len(expr.free_symbols) != 1:
+        return None
+    (symbol,) = expr.free_symbols
+    offset = expr - symbol
+    return (symbol, int(offset)) if offset.is_Integer else None
+
+
+class _SizeExpression(torch.nn.Module):
+    """Computes a sympy size expression (``s0 + 1``) from the values of its symbols."""
+
+    def __init__(self, expr, symbols: list):
+        import sympy
+        from torch.utils._sympy.printers import PythonPrinter
+
+        from thunder_core.capture.symbolic import guard_globals
+
+        super().__init__()
+        names = [f"size_{i}" for i in range(len(symbols))]
+        renamed = {s: sympy.Symbol(name, integer=True) for s, name in zip(symbols, names)}
+        self.source = PythonPrinter().doprint(expr.xreplace(renamed))
+        self._compute = eval(f"lambda {', '.join(names)}: {self.source}", guard_globals())  # noqa: S307
+
+    def forward(self, *sizes):
+        return self._compute(*sizes)
+
+
 class _ThunderPart:
     """Runs a part with thunder_core; if capturing it fails (a value Dynamo left as a tensor read as
-    a Python number, say), that part runs eagerly from then on and the report says why."""
+    a Python number, say), that part runs eagerly from then on and the report says why.
 
-    def __init__(self, part: ThunderModule, gm: fx.GraphModule, record: GraphRecord, name: str):
+    ``dropped``: positions of Dynamo's size inputs that the thunder_core part reads from its
+    tensors instead (``_sizes_read_from_tensors``); they are left out of its arguments."""
+
+    def __init__(
+        self, part: ThunderModule, gm: fx.GraphModule, record: GraphRecord, name: str, dropped: tuple = ()
+    ):
         self.part, self.gm, self.record, self.name = part, gm, record, name
         self.run = part
+        self.dropped = frozenset(dropped)
 
     def __call__(self, *args):
         if self.run is self.gm:
             return self.gm(*args)
         try:
+            if self.dropped:
+                return self.run(*(a for i, a in enumerate(args) if i not in self.dropped))
             return self.run(*args)
         except (CaptureError, DataDependentError) as error:
             first = str(error).splitlines()[0][:240]
@@ -267,13 +366,13 @@ class ThunderCompiler:
             report.graphs.append(record)
         if any(isinstance(x, torch.SymInt) or _symbolic(x) for x in example_inputs):
             record.notes.append(
-                "dynamic shapes: Dynamo passed symbolic sizes; thunder_core specializes each part on the "
-                "concrete sizes of each call (a new size recompiles that part)"
+                "dynamic shapes: Dynamo passed symbolic sizes; each thunder_core part reads them from its "
+                "tensors and makes the dimensions that change symbolic (one more compile, then every size)"
             )
         if len(partitions) == 1 and partitions[0].owner == "thunder_core":
-            part = self._thunder(gm)
-            record.compiled[partitions[0].name] = part
-            return _ThunderPart(part, gm, record, partitions[0].name)
+            runner = self._thunder_part(gm, record, partitions[0].name)
+            record.compiled[partitions[0].name] = runner.part
+            return runner
         split = torch.fx.passes.split_module.split_module(
             gm, None, lambda node: assignment[node], keep_original_order=True
         )  # in graph order: a part that mutates an input runs before the parts after it
@@ -281,17 +380,19 @@ class ThunderCompiler:
             name = f"submod_{index}"
             submodule = getattr(split, name)
             if part.owner == "thunder_core":
-                compiled = self._thunder(submodule)
-                runner = _ThunderPart(compiled, submodule, record, name)
+                runner = self._thunder_part(submodule, record, name)
+                compiled = runner.part
             else:
                 compiled = runner = _Fallback(submodule, self.fallback, record, name)
             record.compiled[name] = compiled
             setattr(split, name, _AsModule(runner))
         return split
 
-    def _thunder(self, gm: fx.GraphModule) -> ThunderModule:
+    def _thunder_part(self, gm: fx.GraphModule, record: GraphRecord, name: str) -> _ThunderPart:
+        sized, dropped = _sizes_read_from_tensors(gm)
         # Dynamo guards the Python state; the FX graph itself holds none, so no guards of our own.
-        return ThunderModule(gm, recompile_limit=self.recompile_limit, job=self.job, cache="same input")
+        part = ThunderModule(sized, recompile_limit=self.recompile_limit, job=self.job, cache="same input")
+        return _ThunderPart(part, gm, record, name, dropped)
 
 
 class _AsModule(torch.nn.Module):

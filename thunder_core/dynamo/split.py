@@ -16,8 +16,22 @@ from torch import fx
 
 from thunder_core.ops.registry import lookup, torch_path
 
-# Python-level nodes Dynamo emits that capture handles without a symbol of their own.
-_BOOKKEEPING = {operator.getitem, getattr, len, tuple, list, isinstance, torch._C._set_grad_enabled}
+# Python-level nodes Dynamo emits that capture handles without a symbol of their own (PyTorch's
+# usage logging included: it reads no tensor and changes nothing the program sees).
+_BOOKKEEPING = {
+    operator.getitem, getattr, len, tuple, list, isinstance, torch._C._set_grad_enabled, torch._C._log_api_usage_once,
+}  # fmt: skip
+# Tensor methods that answer from metadata (sizes, possibly symbolic): capture reads them off the proxy.
+_METADATA_METHODS = {
+    "numel",
+    "nelement",
+    "size",
+    "dim",
+    "ndimension",
+    "stride",
+    "is_contiguous",
+    "element_size",
+}
 # Arithmetic on sizes (``sum(sizes)`` becomes ``torch.sym_sum``): capture computes it on Python ints or SymInts.
 _SIZE_ARITHMETIC = {
     getattr(torch, name)
@@ -73,7 +87,7 @@ def support(node: fx.Node) -> SplitReason | None:
     target = node.target
     if node.op == "call_method":
         method = getattr(torch.Tensor, target, None)
-        if method is not None and lookup(method) is not None:
+        if method is not None and lookup(method) is not None or target in _METADATA_METHODS:
             return None
         return SplitReason(node.name, _target_name(node), "no thunder_core symbol for this Tensor method")
     if target in _BOOKKEEPING:
