@@ -147,3 +147,29 @@ def test_a_slice_bound_computed_from_a_size_stays_symbolic():
         x = torch.randn(n, n + 2)
         torch.testing.assert_close(jfn(x), trimmed(x))
     assert thunder_core.cache_info(jfn).entries == 1, thunder_core.cache_info(jfn).reasons
+
+
+def test_training_on_a_slice_of_a_longer_buffer_compiles_once_more_and_gives_eagers_gradients():
+    # labels = tokens[:, 1:]: a row stride that is no size of any input gets a symbol of its own,
+    # read from the input's stride; the backward's inputs are flattened (2 * s0) and s0 is
+    # solved from their size.
+    def loss(logits, labels):
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+    jloss = thunder_core.jit(loss)
+    for length in (13, 17, 21, 30):
+        labels = torch.randint(0, 8, (2, length + 1), generator=torch.Generator().manual_seed(length))[:, 1:]
+        logits = torch.randn(2, length, 8, requires_grad=True)
+        got = jloss(logits, labels)
+        got.backward()
+        ours, logits.grad = logits.grad, None
+        expected = loss(logits, labels)
+        expected.backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(ours, logits.grad)
+    info = thunder_core.cache_info(jloss)
+    assert info.entries == 2 and "symbolic sizes" in info.reasons[1], info.reasons
+    forward_source = str(thunder_core.last_traces(jloss)[0])  # the captured program
+    assert "= labels.stride(0)" in forward_source, forward_source
+    backward_source = str(thunder_core.last_backward_traces(jloss)[-1])
+    assert ".shape[0] // 2" in backward_source, backward_source

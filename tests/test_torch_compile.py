@@ -6,6 +6,7 @@ must name every break and split, and thunder_core must have run the parts around
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 import zlib
@@ -210,6 +211,30 @@ def test_a_size_that_is_a_dimension_plus_a_constant_is_read_from_that_dimension(
         cache, mask = torch.randn(length, 4), torch.rand(length + 1) > 0.5
         torch.testing.assert_close(opt(cache, mask), fn(cache, mask))
     assert sum(_thunder_compiles(opt)) <= 2, _thunder_compiles(opt)
+    torch._dynamo.reset()
+
+
+def test_hf_llama_trains_over_changing_lengths_through_the_backend_with_few_compiles():
+    from models import hf_llama, token_batch
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = hf_llama(n_layer=2)
+    reference = copy.deepcopy(model)
+    opt = torch.compile(model, backend="thunder_core")
+    for length in (9, 13, 17, 21):
+        idx = token_batch(2, length, seed=length)
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        got = opt(idx, labels=idx).loss
+        got.backward()
+        expected = reference(idx, labels=idx).loss
+        expected.backward()
+        torch.testing.assert_close(got, expected)
+        for (name, ours), theirs in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(ours.grad, theirs.grad, msg=name)
+    compiles = _thunder_compiles(opt)
+    assert max(compiles) <= 2, compiles
     torch._dynamo.reset()
 
 

@@ -76,7 +76,7 @@ class SymbolicSizes:
     def name_sizes(self, inputs) -> None:
         """Name the size symbols ``s0, s1, ...`` in the order the trace's inputs bind them (after
         capture: sizes the program found equal share one symbol)."""
-        name_symbols(self.shape_env, [size.node.expr for size, _, _ in size_symbols(inputs)])
+        name_symbols(self.shape_env, [symbol for symbol, _, _ in size_symbols(inputs)])
 
     def fake(self, x):
         """A fake tensor with ``x``'s (possibly symbolic) metadata, for running an operation."""

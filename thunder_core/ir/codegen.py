@@ -204,9 +204,9 @@ def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
             lines.append(f"  {', '.join(names)}{',' if len(names) == 1 else ''} = {box}")
         lines.append(f"  {box}.clear()  # the caller's list held the only other reference")
     bindings = symbolic.size_symbols(trace.inputs)  # symbolic sizes, bound from the inputs
-    for size, name, dim in bindings:
-        lines.append(f"  {symbolic.source(size)} = {name}.shape[{dim}]")
-    printer.bound_sizes = {size.node.expr for size, _, _ in bindings}
+    for symbol, size, read in bindings:
+        lines.append(f"  {symbolic.symbol_source(symbol, size)} = {read}")
+    printer.bound_sizes = {symbol for symbol, _, _ in bindings}
     last_source = None
     for bsym in trace.bound_symbols:
         if bsym.source is not None and bsym.source != last_source:

@@ -3,7 +3,7 @@
 A trace compiled for changing sizes has proxies whose sizes are ``torch.SymInt`` of a
 ``ShapeEnv`` (``thunder_core.capture.symbolic``). Its printed program names each size symbol
 ``s0, s1, ...`` in the order the inputs introduce them, binds it from an input's size at the
-top of the function (``s0 = x.shape[0]``), and prints size expressions as Python
+top of the function (``s0 = x.shape[0]``; ``size_symbols``), and prints size expressions as Python
 (``(s0 // 2)``) through torch's own printer.
 """
 
@@ -62,20 +62,55 @@ def name_symbols(shape_env, symbols) -> None:
             names[symbol] = sympy.Symbol(f"s{len(names)}", integer=True, positive=True)
 
 
-def size_symbols(inputs) -> list[tuple[object, str, int]]:
-    """``(SymInt, input name, dim)`` for each size symbol an input's size is, first occurrence
-    only, in input order: the bindings at the top of a printed trace."""
+def size_symbols(inputs) -> list[tuple[object, torch.SymInt, str]]:
+    """``(symbol, a SymInt of its ShapeEnv, Python reading its value from an input)`` for each
+    size symbol the inputs give, first occurrence only, in input order: the bindings at the top
+    of a printed trace.
+
+    A symbol is read from a dimension that is the symbol itself (``x.shape[1]``), else from a
+    stride that is (a slice of a longer buffer: ``x.stride(0)``), else solved from a dimension
+    that is a multiple of it plus a constant (a backward whose inputs are flattened:
+    ``x.shape[0] // 2`` for ``2*s0``).
+    """
     found, seen = [], set()
-    for proxy in inputs:
-        if not isinstance(proxy, torch.Tensor):
-            continue
-        for dim, size in enumerate(proxy.shape):
-            if isinstance(size, torch.SymInt):
+    tensors = [p for p in inputs if isinstance(p, torch.Tensor)]
+    for kind in ("shape", "stride", "linear"):
+        for proxy in tensors:
+            for dim, size in enumerate(proxy.stride() if kind == "stride" else proxy.shape):
+                if not isinstance(size, torch.SymInt):
+                    continue
                 expr = size.node.expr
-                if expr.is_Symbol and expr not in seen:
-                    seen.add(expr)
-                    found.append((size, proxy.name, dim))
+                if kind != "linear":
+                    if expr.is_Symbol and expr not in seen:
+                        seen.add(expr)
+                        read = f"shape[{dim}]" if kind == "shape" else f"stride({dim})"
+                        found.append((expr, size, f"{proxy.name}.{read}"))
+                    continue
+                solved = _linear(expr)
+                if solved is not None and solved[0] not in seen:
+                    symbol, scale, offset = solved
+                    seen.add(symbol)
+                    read = f"{proxy.name}.shape[{dim}]" if not offset else f"({proxy.name}.shape[{dim}] - {offset})"
+                    found.append((symbol, size, read if scale == 1 else f"{read} // {scale}"))
     return found
+
+
+def _linear(expr) -> tuple | None:
+    """``(symbol, scale, offset)`` when ``expr`` is ``scale * symbol + offset`` with integers, scale > 0."""
+    if len(expr.free_symbols) != 1:
+        return None
+    (symbol,) = expr.free_symbols
+    scale = expr.coeff(symbol)
+    offset = expr - scale * symbol
+    if scale.is_Integer and scale > 0 and offset.is_Integer:
+        return symbol, int(scale), int(offset)
+    return None
+
+
+def symbol_source(symbol, value: torch.SymInt) -> str:
+    """The printed name of the size symbol ``symbol`` of ``value``'s ShapeEnv (``s0``)."""
+    names = getattr(value.node.shape_env, "thunder_core_names", {})
+    return str(names.get(symbol, symbol))
 
 
 def source(value, strict: bool = True) -> str:
