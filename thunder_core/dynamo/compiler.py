@@ -26,6 +26,7 @@ from torch import fx
 
 from thunder_core.dynamo.split import Partition, partition
 from thunder_core.errors import CaptureError, DataDependentError
+from thunder_core.ir.symbolic import solve_linear
 from thunder_core.jit.module import ThunderModule
 from thunder_core.ops.registry import draws_random_numbers
 from thunder_core.plugins.config import resolve
@@ -200,7 +201,9 @@ def _draws_random_numbers(gm: fx.GraphModule) -> bool:
 
 def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[int, ...]]:
     """``gm`` with each size input that is a dimension of one of its tensor inputs read from
-    that tensor instead (``x.size(1)``), and the positions of the inputs this drops.
+    that tensor instead (``x.size(1)``; ``x.size(1) - 1`` when the dimension is the size plus
+    one, ``x.size(0) // 2`` when it is twice the size; an expression of such sizes computed
+    from them), and the positions of the inputs this drops.
 
     Dynamo passes a symbolic size its graph uses as an int input of its own, beside the tensor it
     came from. Given as an int, thunder_core would key its cache on the int's value and compile
@@ -211,13 +214,13 @@ def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[
     """
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     values = [node.meta.get("example_value", node.meta.get("val")) for node in placeholders]
-    dimension_of: dict = {}  # size symbol -> (tensor input position, dim, what the dim adds to it)
+    dimension_of: dict = {}  # size symbol -> (tensor input position, dim, scale, offset)
     for position, value in enumerate(values):
         if isinstance(value, torch.Tensor):
             for dim, size in enumerate(value.shape):
-                found = _symbol_plus_constant(size)
-                if found is not None:
-                    dimension_of.setdefault(found[0], (position, dim, found[1]))
+                solved = solve_linear(size.node.expr) if isinstance(size, torch.SymInt) else None
+                if solved is not None:
+                    dimension_of.setdefault(solved[0], (position, dim, *solved[1:]))
     dropped = tuple(
         position
         for position, value in enumerate(values)
@@ -237,12 +240,15 @@ def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[
         symbols = sorted(expr.free_symbols, key=str)
         for symbol in symbols:
             if symbol not in sizes:
-                tensor, dim, offset = dimension_of[symbol]
+                tensor, dim, scale, offset = dimension_of[symbol]
                 with graph.inserting_after(last):
                     sizes[symbol] = last = graph.call_method("size", (nodes[tensor], dim))
                 if offset:  # the dim is the symbol plus a constant (a mask one longer than the cache)
                     with graph.inserting_after(last):
                         sizes[symbol] = last = graph.call_function(operator.sub, (last, offset))
+                if scale != 1:  # a multiple of the symbol (a flattened batch)
+                    with graph.inserting_after(last):
+                        sizes[symbol] = last = graph.call_function(operator.floordiv, (last, scale))
         if expr.is_Symbol:
             value = sizes[expr]
         else:  # a size an earlier part of Dynamo's graph computed from sizes (``s0 + 1``)
@@ -255,18 +261,6 @@ def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[
         graph.erase_node(nodes[position])
     sized.recompile()
     return sized, dropped
-
-
-def _symbol_plus_constant(size) -> tuple | None:
-    """``(symbol, constant)`` when the SymInt ``size`` is a size symbol plus an integer constant."""
-    if not isinstance(size, torch.SymInt):
-        return None
-    expr = size.node.expr
-    if len(expr.free_symbols) != 1:
-        return None
-    (symbol,) = expr.free_symbols
-    offset = expr - symbol
-    return (symbol, int(offset)) if offset.is_Integer else None
 
 
 class _SizeExpression(torch.nn.Module):

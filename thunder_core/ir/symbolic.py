@@ -86,17 +86,22 @@ def size_symbols(inputs) -> list[tuple[object, torch.SymInt, str]]:
                         read = f"shape[{dim}]" if kind == "shape" else f"stride({dim})"
                         found.append((expr, size, f"{proxy.name}.{read}"))
                     continue
-                solved = _linear(expr)
+                solved = solve_linear(expr)
                 if solved is not None and solved[0] not in seen:
                     symbol, scale, offset = solved
                     seen.add(symbol)
-                    read = f"{proxy.name}.shape[{dim}]" if not offset else f"({proxy.name}.shape[{dim}] - {offset})"
+                    read = (
+                        f"{proxy.name}.shape[{dim}]"
+                        if not offset
+                        else f"({proxy.name}.shape[{dim}] - {offset})"
+                    )
                     found.append((symbol, size, read if scale == 1 else f"{read} // {scale}"))
     return found
 
 
-def _linear(expr) -> tuple | None:
-    """``(symbol, scale, offset)`` when ``expr`` is ``scale * symbol + offset`` with integers, scale > 0."""
+def solve_linear(expr) -> tuple | None:
+    """``(symbol, scale, offset)`` when the sympy size expression ``expr`` is ``scale * symbol +
+    offset`` with integers, scale > 0: the symbol is ``(value - offset) // scale``."""
     if len(expr.free_symbols) != 1:
         return None
     (symbol,) = expr.free_symbols
