@@ -199,6 +199,26 @@ def test_sizes_dynamo_passes_as_ints_are_read_from_the_tensors_and_compile_once_
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_size_read_from_a_tensor_that_a_later_in_place_view_changes_is_checked(dynamic):
+    # Dynamo's example value of y shows its sizes after y.t_(): the part would read y.shape[0]
+    # from the wrong dimension; the int Dynamo passes is compared on every call.
+    def fn(x):
+        y = x * 2
+        w = torch.selu(x)  # no thunder_core symbol: splits the graph
+        z = y.sum(1) * y.shape[0] + w.sum()
+        y.t_()
+        return z, w
+
+    torch._dynamo.reset()
+    opt = torch.compile(fn, backend="thunder_core", dynamic=dynamic)
+    for shape in ((3, 5), (4, 7), (6, 2), (5, 9)):
+        x = torch.randn(shape)
+        for got, expected in zip(opt(x), fn(x)):
+            torch.testing.assert_close(got, expected)
+    torch._dynamo.reset()
+
+
 def test_a_size_that_is_a_dimension_plus_a_constant_is_read_from_that_dimension():
     # A mask one longer than the cache: Dynamo's symbol s is the cache's length, the mask's is s + 1.
     def fn(cache, mask):

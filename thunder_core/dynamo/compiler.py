@@ -199,18 +199,35 @@ def _draws_random_numbers(gm: fx.GraphModule) -> bool:
     )
 
 
-def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[int, ...]]:
+@dataclass
+class _SizeReading:
+    """How a part computes one of Dynamo's size inputs from its tensor inputs: each symbol is
+    ``(args[tensor].shape[dim] - offset) // scale``, then ``expression`` of the symbols (None:
+    the size is the one symbol)."""
+
+    symbols: list[tuple[int, int, int, int]]  # (tensor input position, dim, scale, offset)
+    expression: Any = None
+
+    def value(self, args) -> int:
+        values = [(args[t].shape[d] - offset) // scale for t, d, scale, offset in self.symbols]
+        return values[0] if self.expression is None else self.expression(*values)
+
+
+def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict[int, _SizeReading]]:
     """``gm`` with each size input that is a dimension of one of its tensor inputs read from
     that tensor instead (``x.size(1)``; ``x.size(1) - 1`` when the dimension is the size plus
     one, ``x.size(0) // 2`` when it is twice the size; an expression of such sizes computed
-    from them), and the positions of the inputs this drops.
+    from them), and how each dropped input is computed from the others, by position.
 
     Dynamo passes a symbolic size its graph uses as an int input of its own, beside the tensor it
     came from. Given as an int, thunder_core would key its cache on the int's value and compile
     a part again for every new size; read from the tensor, the size is one of the tensor's
     dimensions, which thunder_core's automatic dynamic shapes make symbolic after the first
-    change. Dynamo's guards ensure the int it passes is that tensor's size. A copy of the graph
-    is changed (sharing ``gm``'s parameters); ``gm`` itself stays as Dynamo gave it.
+    change. Which dimension is taken from Dynamo's example values; an example value that an
+    in-place view changed later in Dynamo's graph (``y.t_()``) shows the dimensions after the
+    change, so ``_ThunderPart`` compares every dropped input with the value read before using
+    the reading. A copy of the graph is changed (sharing ``gm``'s parameters); ``gm`` itself
+    stays as Dynamo gave it.
     """
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     values = [node.meta.get("example_value", node.meta.get("val")) for node in placeholders]
@@ -221,46 +238,59 @@ def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, tuple[
                 solved = solve_linear(size.node.expr) if isinstance(size, torch.SymInt) else None
                 if solved is not None:
                     dimension_of.setdefault(solved[0], (position, dim, *solved[1:]))
-    dropped = tuple(
+    dropped = [
         position
         for position, value in enumerate(values)
         if isinstance(value, torch.SymInt)
         and value.node.expr.free_symbols
         and value.node.expr.free_symbols <= dimension_of.keys()
-    )
+    ]
     if not dropped:
-        return gm, ()
+        return gm, {}
     sized = fx.GraphModule(gm, copy.deepcopy(gm.graph))  # shares gm's parameters and buffers
     graph = sized.graph
     nodes = list(graph.find_nodes(op="placeholder"))
     sizes: dict = {}  # size symbol -> the graph node reading it from its tensor
+    added: list[fx.Node] = []
+    readings: dict[int, _SizeReading] = {}
     last = nodes[-1]  # new nodes go after the placeholders, in the order they are made
+
+    def add(make, *args) -> fx.Node:
+        nonlocal last
+        with graph.inserting_after(last):
+            last = make(*args)
+        added.append(last)
+        return last
+
     for position in dropped:
         expr = values[position].node.expr
         symbols = sorted(expr.free_symbols, key=str)
         for symbol in symbols:
             if symbol not in sizes:
                 tensor, dim, scale, offset = dimension_of[symbol]
-                with graph.inserting_after(last):
-                    sizes[symbol] = last = graph.call_method("size", (nodes[tensor], dim))
+                sizes[symbol] = add(graph.call_method, "size", (nodes[tensor], dim))
                 if offset:  # the dim is the symbol plus a constant (a mask one longer than the cache)
-                    with graph.inserting_after(last):
-                        sizes[symbol] = last = graph.call_function(operator.sub, (last, offset))
+                    sizes[symbol] = add(graph.call_function, operator.sub, (sizes[symbol], offset))
                 if scale != 1:  # a multiple of the symbol (a flattened batch)
-                    with graph.inserting_after(last):
-                        sizes[symbol] = last = graph.call_function(operator.floordiv, (last, scale))
+                    sizes[symbol] = add(graph.call_function, operator.floordiv, (sizes[symbol], scale))
+        reading = _SizeReading([dimension_of[symbol] for symbol in symbols])
         if expr.is_Symbol:
             value = sizes[expr]
         else:  # a size an earlier part of Dynamo's graph computed from sizes (``s0 + 1``)
             name = f"thunder_core_size_{position}"
-            sized.add_submodule(name, _SizeExpression(expr, symbols))
-            with graph.inserting_after(last):
-                value = last = graph.call_module(name, tuple(sizes[s] for s in symbols))
+            module = _SizeExpression(expr, symbols)
+            sized.add_submodule(name, module)
+            reading.expression = module
+            value = add(graph.call_module, name, tuple(sizes[s] for s in symbols))
         value.meta = dict(nodes[position].meta)
         nodes[position].replace_all_uses_with(value)
         graph.erase_node(nodes[position])
+        readings[position] = reading
+    for node in reversed(added):  # reads of sizes nothing used
+        if not node.users:
+            graph.erase_node(node)
     sized.recompile()
-    return sized, dropped
+    return sized, readings
 
 
 class _SizeExpression(torch.nn.Module):
@@ -286,22 +316,38 @@ class _ThunderPart:
     """Runs a part with thunder_core; if capturing it fails (a value Dynamo left as a tensor read as
     a Python number, say), that part runs eagerly from then on and the report says why.
 
-    ``dropped``: positions of Dynamo's size inputs that the thunder_core part reads from its
-    tensors instead (``_sizes_read_from_tensors``); they are left out of its arguments."""
+    ``readings``: Dynamo's size inputs that the thunder_core part reads from its tensors instead
+    (``_sizes_read_from_tensors``), left out of its arguments. Each call checks that they equal
+    what the part reads; if one ever does not, the part is compiled again from Dynamo's graph as
+    it is (``unsized()``, sizes as ints) and runs that way from then on."""
 
     def __init__(
-        self, part: ThunderModule, gm: fx.GraphModule, record: GraphRecord, name: str, dropped: tuple = ()
+        self, part: ThunderModule, gm: fx.GraphModule, record: GraphRecord, name: str, readings, unsized
     ):
         self.part, self.gm, self.record, self.name = part, gm, record, name
         self.run = part
-        self.dropped = frozenset(dropped)
+        self.readings: dict[int, _SizeReading] = readings
+        self._unsized = unsized
+
+    def _sizes_agree(self, args) -> bool:
+        try:
+            return all(args[p] == reading.value(args) for p, reading in self.readings.items())
+        except Exception:  # noqa: BLE001 - a reading that cannot be taken does not agree
+            return False
 
     def __call__(self, *args):
         if self.run is self.gm:
             return self.gm(*args)
         try:
-            if self.dropped:
-                return self.run(*(a for i, a in enumerate(args) if i not in self.dropped))
+            if self.readings:
+                if self._sizes_agree(args):
+                    return self.run(*(a for i, a in enumerate(args) if i not in self.readings))
+                self.record.notes.append(
+                    f"{self.name}: a size Dynamo passed differs from the tensor dimension it was read from "
+                    "(a view changed in place later in the graph?); the part takes the sizes as ints from now on"
+                )
+                self.readings, self.run = {}, self._unsized()
+                self.part = self.record.compiled[self.name] = self.run
             return self.run(*args)
         except (CaptureError, DataDependentError) as error:
             first = str(error).splitlines()[0][:240]
@@ -383,10 +429,12 @@ class ThunderCompiler:
         return split
 
     def _thunder_part(self, gm: fx.GraphModule, record: GraphRecord, name: str) -> _ThunderPart:
-        sized, dropped = _sizes_read_from_tensors(gm)
+        sized, readings = _sizes_read_from_tensors(gm)
+        return _ThunderPart(self._module(sized), gm, record, name, readings, lambda: self._module(gm))
+
+    def _module(self, gm: fx.GraphModule) -> ThunderModule:
         # Dynamo guards the Python state; the FX graph itself holds none, so no guards of our own.
-        part = ThunderModule(sized, recompile_limit=self.recompile_limit, job=self.job, cache="same input")
-        return _ThunderPart(part, gm, record, name, dropped)
+        return ThunderModule(gm, recompile_limit=self.recompile_limit, job=self.job, cache="same input")
 
 
 class _AsModule(torch.nn.Module):

@@ -90,11 +90,9 @@ def size_symbols(inputs) -> list[tuple[object, torch.SymInt, str]]:
                 if solved is not None and solved[0] not in seen:
                     symbol, scale, offset = solved
                     seen.add(symbol)
-                    read = (
-                        f"{proxy.name}.shape[{dim}]"
-                        if not offset
-                        else f"({proxy.name}.shape[{dim}] - {offset})"
-                    )
+                    read = f"{proxy.name}.shape[{dim}]"
+                    if offset:
+                        read = f"({read} {'-' if offset > 0 else '+'} {abs(offset)})"
                     found.append((symbol, size, read if scale == 1 else f"{read} // {scale}"))
     return found
 

@@ -184,6 +184,21 @@ def test_inductor_options_reach_the_compiler():
     assert region.impl.failure is None  # compiled and ran with the C++ wrapper, no fallback to torch
 
 
+def test_cpp_wrapper_is_in_the_generated_code():
+    from thunder_executor_inductor._impl import _compile_static
+
+    def region(x):
+        return (torch.sin(x) * 2 + 1,)
+
+    x = torch.randn(16)
+    with_wrapper = _compile_static(region, [torch.empty_like(x)], {"cpp_wrapper": True})
+    without = _compile_static(region, [torch.empty_like(x)], {})
+    torch.testing.assert_close(with_wrapper(x)[0], region(x)[0])
+    assert (
+        "inductor_entry_impl" in with_wrapper.source_code and "inductor_entry_impl" not in without.source_code
+    )
+
+
 def test_an_unknown_region_mode_is_refused_with_the_choices():
     import pytest
 

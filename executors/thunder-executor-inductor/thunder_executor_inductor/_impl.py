@@ -281,10 +281,15 @@ def _compile_static(fn, examples: list, options: dict):
             return lambda *args: compiled(*args)
         fake_mode = FakeTensorMode(shape_env=ShapeEnv())
         fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
-        with tracing(TracingContext(fake_mode)):
-            compiled = compile_fx_inner(graph, fakes)
+        with tracing(TracingContext(fake_mode)):  # cpp_wrapper is an argument here, not read from the config
+            compiled = compile_fx_inner(graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper))
     call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
-    return lambda *args: call(list(args))
+
+    def run(*args):
+        return call(list(args))
+
+    run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
+    return run
 
 
 def _compile_symbolic(fn, examples: list, options: dict):
