@@ -3,10 +3,13 @@
     python benchmarks/where_time_goes.py decode      # litgpt ~30M, batch 1, one token per step
     python benchmarks/where_time_goes.py training    # litgpt 4 layers, 4 x 256 tokens
     python benchmarks/where_time_goes.py training --model llama   # transformers' Llama instead
+    python benchmarks/where_time_goes.py training --model llama --in-step   # regions timed in the step
 
 Prints, for the step: its median time; every measured region with its candidates' times (what
 ``thunder_core.explain`` shows), heaviest first, counted once per call of a repeated block; and
 the ATen operations the profiler sees outside compiled regions, by self time per step.
+``--in-step`` also times each measured region's calls inside the running step (a timer around
+the kept candidate) beside what measuring it alone found.
 """
 
 from __future__ import annotations
@@ -58,6 +61,50 @@ def _aten_per_step(step, steps: int = 5) -> list[tuple[str, float]]:
     return totals.most_common(8)
 
 
+class _InStep:
+    """Times every call of each measured claim's kept candidate (``Measured`` binds it after the
+    first call; the timer wraps what it binds)."""
+
+    def __init__(self):
+        from thunder_core.executors import selection
+
+        self.seconds, self.calls, self.claims = collections.Counter(), collections.Counter(), {}
+        bind = selection.Measured._bind
+        timer = self
+
+        def timed_bind(measured, fn):
+            key = id(measured)
+            timer.claims[key] = measured
+
+            def timed(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    timer.seconds[key] += time.perf_counter() - start
+                    timer.calls[key] += 1
+
+            return bind(measured, timed)
+
+        selection.Measured._bind = timed_bind
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+    def report(self, steps: int) -> None:
+        print("measured regions timed inside the step (per call: in the step / measured alone):")
+        for key in sorted(self.seconds, key=lambda k: -self.seconds[k])[:12]:
+            claim = self.claims[key]
+            chosen = claim.selection.chosen if claim.selection else "?"
+            alone = claim.selection.seconds.get(chosen, 0.0) if claim.selection else 0.0
+            per_call = self.seconds[key] / self.calls[key]
+            print(
+                f"  {self.seconds[key] / steps * 1e3:6.2f} ms/step  {self.calls[key] / steps:3.0f} calls  "
+                f"{per_call * 1e6:7.1f} / {alone * 1e6:7.1f} us  {chosen:10s} {claim._operations[:70]}"
+            )
+
+
 def main() -> None:
     import torch
 
@@ -68,7 +115,9 @@ def main() -> None:
     parser.add_argument(
         "--model", choices=("litgpt", "llama"), default="litgpt", help="the training step's model"
     )
+    parser.add_argument("--in-step", action="store_true", help="time the measured regions inside the step")
     args = parser.parse_args()
+    in_step = _InStep() if args.in_step else None
     if args.what == "decode":
         from generate import build_model, generate
 
@@ -88,12 +137,17 @@ def main() -> None:
         step = step_of(model, idx, args.model)
 
     step()
+    step()
+    if in_step is not None:
+        in_step.reset()
     times = []
     for _ in range(10):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
     print(f"{args.what} step: median {statistics.median(times) * 1e3:.2f} ms over 10 steps")
+    if in_step is not None:
+        in_step.report(10)
     rows = _regions(model)
     print(f"measured regions ({sum(r[0] for r in rows) * 1e3:.2f} ms per step in the kept candidates):")
     kinds = collections.defaultdict(list)

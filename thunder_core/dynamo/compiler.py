@@ -206,7 +206,7 @@ class _SizeReading:
     the size is the one symbol)."""
 
     symbols: list[tuple[int, int, int, int]]  # (tensor input position, dim, scale, offset)
-    expression: Any = None
+    expression: Any = None  # the expression's function of the symbols' values
 
     def value(self, args) -> int:
         values = [(args[t].shape[d] - offset) // scale for t, d, scale, offset in self.symbols]
@@ -280,7 +280,7 @@ def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict[i
             name = f"thunder_core_size_{position}"
             module = _SizeExpression(expr, symbols)
             sized.add_submodule(name, module)
-            reading.expression = module
+            reading.expression = module.compute
             value = add(graph.call_module, name, tuple(sizes[s] for s in symbols))
         value.meta = dict(nodes[position].meta)
         nodes[position].replace_all_uses_with(value)
@@ -306,10 +306,10 @@ class _SizeExpression(torch.nn.Module):
         names = [f"size_{i}" for i in range(len(symbols))]
         renamed = {s: sympy.Symbol(name, integer=True) for s, name in zip(symbols, names)}
         self.source = PythonPrinter().doprint(expr.xreplace(renamed))
-        self._compute = eval(f"lambda {', '.join(names)}: {self.source}", guard_globals())  # noqa: S307
+        self.compute = eval(f"lambda {', '.join(names)}: {self.source}", guard_globals())  # noqa: S307
 
     def forward(self, *sizes):
-        return self._compute(*sizes)
+        return self.compute(*sizes)
 
 
 class _ThunderPart:

@@ -87,7 +87,7 @@ def support(node: fx.Node) -> SplitReason | None:
     target = node.target
     if node.op == "call_method":
         method = getattr(torch.Tensor, target, None)
-        if method is not None and lookup(method) is not None or target in _METADATA_METHODS:
+        if (method is not None and lookup(method) is not None) or target in _METADATA_METHODS:
             return None
         return SplitReason(node.name, _target_name(node), "no thunder_core symbol for this Tensor method")
     if target in _BOOKKEEPING:
