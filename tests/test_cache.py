@@ -106,6 +106,51 @@ def test_cached_call_runs_the_generated_code_not_the_python_function():
     assert len(entered) == 1  # only the capture ran the Python function
 
 
+def test_recording_an_op_runs_without_the_capture_hook_while_user_code_stays_watched():
+    """Capture watches the user's code through ``sys.setprofile`` (a global read on first entry,
+    a random draw); recording each op (decompositions, metadata on meta tensors) is thunder_core's
+    own code and runs without that hook, which otherwise dominated capture time."""
+    import sys
+
+    seen = {"user": 0, "recording": 0}
+
+    def helper(x):
+        return torch.nn.functional.gelu(x) * OFFSET
+
+    def fn(x):
+        return helper(x).softmax(-1)
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        if frame.f_code is helper.__code__:
+            seen["user"] += 1
+        elif "thunder_core" in frame.f_code.co_filename and any(
+            part in frame.f_code.co_filename for part in ("capture/meta.py", "ops/prims.py", "ops/nn.py")
+        ):  # computing metadata, decomposing
+            seen["recording"] += 1
+
+    jfn = thunder_core.jit(fn)
+    x = torch.randn(4, 8)
+    sys.setprofile(profile)
+    try:
+        out = jfn(x)
+    finally:
+        sys.setprofile(None)
+    torch.testing.assert_close(out, fn(x))
+    assert seen["user"] == 1  # the user's profiler still sees the user's calls during capture
+    assert seen["recording"] == 0
+    globals()["OFFSET"] = 3.0  # the global read inside the helper is still guarded
+    try:
+        torch.testing.assert_close(jfn(x), fn(x))
+    finally:
+        globals()["OFFSET"] = 2.0
+    assert thunder_core.cache_info(jfn).misses == 2
+
+
+OFFSET = 2.0
+
+
 def test_a_first_call_under_cprofile_compiles_and_the_profiler_keeps_recording():
     import cProfile
     import pstats

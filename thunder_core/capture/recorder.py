@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from contextlib import contextmanager
 
 import torch
@@ -115,6 +116,21 @@ class Recorder:
             raise
 
     def record(self, symbol: Symbol, args: tuple, kwargs: dict):
+        # Recording is thunder_core's own code (decompositions, metadata on meta or fake tensors),
+        # so it runs without capture's ``sys.setprofile`` hook, which watches the user's code:
+        # the hook's call on every function and C call inside it was over a third of capture's
+        # time. What user code runs in here (an autograd Function's forward on stand-ins) runs
+        # again in the compiled program, so nothing it reads is frozen into the trace.
+        profile = sys.getprofile()
+        if profile is None:
+            return self._record(symbol, args, kwargs)
+        sys.setprofile(None)
+        try:
+            return self._record(symbol, args, kwargs)
+        finally:
+            sys.setprofile(profile)
+
+    def _record(self, symbol: Symbol, args: tuple, kwargs: dict):
         args = tree_map(lambda x: x, args)  # freeze the caller's lists
         kwargs = dict(kwargs)
         output = self.outputs(symbol, args, kwargs)
