@@ -26,7 +26,7 @@ ROOT = os.path.dirname(HERE)
 
 SECTIONS = {
     "overhead": ("cached-call overhead", ["overhead.py"]),
-    "import-time": ("import time", ["import_time.py"]),
+    "import-time": ("import time and first call", ["import_time.py"]),
     "decode-30m": ("batch-1 decoding, litgpt ~30M parameters", ["generate.py", "--config", "30m"]),
     "decode-4k": ("batch-1 decoding, litgpt 6 layers width 512, 4096-token vocabulary", ["generate.py", "--config", "4k"]),
     "training-litgpt": ("training step, litgpt 4 layers", ["training_step.py", "--rounds", "5"]),

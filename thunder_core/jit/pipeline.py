@@ -22,6 +22,7 @@ import torch
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
 from thunder_core.capture.blocks import block_input_names, has_blocks
+from thunder_core.capture.without_dynamo import python_meta_kernels_without_dynamo
 from thunder_core.executors.claiming import assign_executors
 from thunder_core.executors.failures import strictness
 from thunder_core.ir.proxies import TensorProxy
@@ -161,7 +162,7 @@ def compile_function(
     names are symbolic, and the result's ``size_guard`` says which later inputs it holds for.
     """
     ambient = ambient_autocast()
-    with autocast_disabled(ambient):
+    with autocast_disabled(ambient), python_meta_kernels_without_dynamo():
         captured, lifted = capture(
             fn,
             args,
