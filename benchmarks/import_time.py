@@ -45,7 +45,9 @@ def main(runs: int = 7) -> None:
     print(f"  fastest {min(times):.0f} ms, median {statistics.median(times):.0f} ms")
     print(f"  plugin modules imported: {imported or 'none'}")
     times, loaded = _runs(FIRST_CALL, runs)
-    print(f"first call of jit(lambda a, b: a + b, executors=['torch']) on 4x4 tensors ({runs} fresh interpreters)")
+    print(
+        f"first call of jit(lambda a, b: a + b, executors=['torch']) on 4x4 tensors ({runs} fresh interpreters)"
+    )
     print(f"  fastest {min(times):.0f} ms, median {statistics.median(times):.0f} ms")
     print(f"  PyTorch compiler modules loaded: {', '.join(loaded) or 'none'}")
 
