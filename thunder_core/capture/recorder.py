@@ -118,8 +118,8 @@ class Recorder:
     def record(self, symbol: Symbol, args: tuple, kwargs: dict):
         # Recording is thunder_core's own code (decompositions, metadata on meta or fake tensors),
         # so it runs without capture's ``sys.setprofile`` hook, which watches the user's code:
-        # the hook's call on every function and C call inside it was over a third of capture's
-        # time. What user code runs in here (an autograd Function's forward on stand-ins) runs
+        # the hook's call on every function and C call inside it dominated capture's time. What
+        # user code runs in here (an autograd Function's forward on stand-ins) runs
         # again in the compiled program, so nothing it reads is frozen into the trace.
         profile = sys.getprofile()
         if profile is None:
