@@ -106,11 +106,13 @@ def measure(backend: str, config: str, steps: int) -> dict:
         0, CONFIGS[config]["vocab"], (1, PROMPT), generator=torch.Generator().manual_seed(0)
     )
     from backends import wrap
+    from measure import finish_background_compiles
 
     start = time.perf_counter()
     wrapped = wrap(model, backend)
     tokens, first_cold, _ = generate(wrapped, prompt, 4)  # compiles prefill and decode
     warmup = time.perf_counter() - start
+    finish_background_compiles()
     runs = [generate(wrapped, prompt, steps) for _ in range(3)]
     decode = statistics.median(t for _, _, times in runs for t in times)
     return {

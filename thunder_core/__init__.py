@@ -15,6 +15,7 @@ from torch import nn
 import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
 from thunder_core._version import __version__
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
+from thunder_core.executors.background import wait_for_compiles
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
 from thunder_core.explain import Explanation, explain
 from thunder_core.inspection import cache_info, last_backward_traces, last_blocks, last_traces
@@ -49,6 +50,7 @@ __all__ = [
     "last_backward_traces",
     "last_blocks",
     "last_traces",
+    "wait_for_compiles",
 ]
 
 
@@ -66,6 +68,7 @@ def jit(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     disable: Sequence[str] | None = None,
     select: str | None = None,
+    compile_in_background: str | None = None,
     recompile_limit: int = DEFAULT_RECOMPILE_LIMIT,
     cache: str = "guarded",
     reuse_blocks: bool = True,
@@ -83,6 +86,13 @@ def jit(
     ``select="measure"`` (the default) times each claim against the other executors that can
     run the same operations on the first call's real inputs and keeps the fastest (``explain``
     shows the timings); ``select="priority"`` keeps every claim as the claim order made it.
+
+    ``compile_in_background="recompiles"`` (the default): when a function is compiled again
+    (new sizes, a new signature), the new program runs at once, its fusion regions as plain
+    torch operations while their executor (Inductor) compiles them on a worker thread, and
+    each region switches to its compiled code when that is ready. ``"always"`` does the same
+    for the first program (the fastest first result); ``"never"`` finishes every compile
+    before the program runs. ``thunder_core.wait_for_compiles()`` waits for the worker.
 
     The first call with a new input signature (shapes, dtypes, devices, requires_grad,
     grad mode, Python values) captures and compiles a trace; later calls with the same
@@ -110,7 +120,7 @@ def jit(
     symbolic from the first call, ``dynamic=False`` compiles each new size.
     """
     arguments = {"executors": executors, "plugins": plugins, "options": options, "disable": disable,
-                 "select": select, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks,
+                 "select": select, "compile_in_background": compile_in_background, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks,
                  "dynamic": dynamic}  # fmt: skip
     if isinstance(fn, nn.Module):
         return ThunderModule.from_arguments(fn, arguments)

@@ -37,6 +37,7 @@ from thunder_core.autodiff.fallback import fallback_rule as _fallback_rule
 from thunder_core.autodiff.registry import NoRule, register_vjp
 from thunder_core.capture.symbolic import symbolic_examples
 from thunder_core.errors import CaptureError, ThunderCoreError
+from thunder_core.executors.background import COMPILE_LOCK
 from thunder_core.executors.base import (
     FusionExecutor,
     OperatorExecutor,
@@ -81,6 +82,7 @@ API_VERSION = "0.2"
 __all__ = [
     "API_VERSION",
     "AUTOCAST_DEVICE_TYPES",
+    "COMPILE_LOCK",
     "EFFECT",
     "INPLACE",
     "ModuleExtension",

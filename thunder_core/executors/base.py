@@ -197,6 +197,10 @@ class FusionExecutor(Executor):
 
     #: Regions with fewer operations than this are given back to the torch executor.
     min_region_size: int = 2
+    #: Whether a region's compile may run on a worker thread while its torch operations run
+    #: (``thunder_core.executors.background``): compiles of such executors run one at a time,
+    #: under ``COMPILE_LOCK``, and ``compile_region`` must not depend on the calling thread.
+    compiles_in_background: bool = False
     #: Views of a region's results (transposes, reshapes that need no copy) run after the region,
     #: by torch, instead of inside it: for compilers that return each result with the strides the
     #: trace gives it (Inductor does) and whose calls rebuild a returned view in Python.

@@ -37,6 +37,11 @@ def strictness(strict: bool) -> Iterator[None]:
         _strict.reset(token)
 
 
+def strict() -> bool:
+    """Whether executor failures are errors in the compilation running now."""
+    return _strict.get()
+
+
 def report_failure(executor: str, when: str, operations: str, error: BaseException) -> str:
     """Raise in strict mode; else warn once and return the reason ``explain`` shows."""
     reason = f"{executor} failed {when}: {type(error).__name__}: {error}"

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import torch
 
-from thunder_core.executors.failures import FirstCall, report_failure
+from thunder_core.executors.background import COMPILE_LOCK, BackgroundCompile, in_background
+from thunder_core.executors.failures import FirstCall, report_failure, strict
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import (
@@ -122,6 +123,26 @@ def torch_fallback(region) -> Callable:
     return delete_last_used(trace).python_callable()
 
 
+def compile_now(executor, region: Region) -> Callable:
+    """``executor.compile_region(region)``, one at a time with the compiles running in the background."""
+    if not executor.compiles_in_background:
+        return executor.compile_region(region)
+    with COMPILE_LOCK:
+        return executor.compile_region(region)
+
+
+def _compile(executor, region: Region, impure: bool) -> Callable:
+    """The region compiled now, or (``thunder_core.executors.background``) on the worker thread
+    while its torch operations run."""
+    if not executor.compiles_in_background or impure or not in_background() or strict():
+        return compile_now(executor, region)
+    try:
+        fallback = torch_fallback(region)
+    except Exception:  # noqa: BLE001 - the region cannot run as it is: its compile says why, now
+        return compile_now(executor, region)
+    return BackgroundCompile(lambda: executor.compile_region(region), fallback, executor.name, region.inputs)
+
+
 def _pure(bsym: BoundSymbol) -> bool:
     return not (is_impure(bsym) or any(is_impure(s) for s in bsym.subsymbols))
 
@@ -233,8 +254,9 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 else:
                     after = []
             name = f"{executor.name}_fusion_{regions + 1}"
+            impure = any(is_impure(b) for b in run)
             try:
-                compiled = executor.compile_region(region)
+                compiled = _compile(executor, region, impure)
             except RegionNotSupported as reason:
                 run[:] = whole
                 give_back(f"{executor.name} could not compile the region: {reason}")
@@ -251,7 +273,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 lambda region=region: torch_fallback(region),
                 executor.name,
                 operations(run),
-                impure=any(is_impure(b) for b in run),
+                impure=impure,
             )
             symbol = Symbol(name=name, impl=fn, printed_name=name)
             out = tuple(region.outputs)

@@ -31,7 +31,9 @@ what the claimed executor returned (a view of a KV cache, say), and another cand
 return a copy where it returns a view. A claim whose output is only read by an update (the new
 keys written into a KV cache) is measured. Nor are claims with symbolic sizes: the sizes they
 run at vary, and compiling an alternative after the trace's size guards were taken could assume
-something about the sizes that no guard checks.
+something about the sizes that no guard checks. A region compiled in the background
+(``thunder_core.executors.background``) runs its torch operations until its compile is done, and
+is then timed against them on the call after.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from thunder_core.executors.background import BackgroundCompile
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, has_symbolic_sizes
 from thunder_core.executors.caches import ColdInputs
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
-from thunder_core.executors.fusion import operations, torch_fallback
+from thunder_core.executors.fusion import compile_now, operations, torch_fallback
 from thunder_core.executors.memory import fused_bytes, headroom, held_bytes, region_bytes
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
@@ -135,8 +138,15 @@ class Measured:
     ``key`` was measured before in this process takes that winner without measuring again.
     """
 
-    def __init__(self, candidates: list[Candidate], operations: str, key: tuple | None = None):
+    def __init__(
+        self,
+        candidates: list[Candidate],
+        operations: str,
+        key: tuple | None = None,
+        waits_for: BackgroundCompile | None = None,
+    ):
         self.candidates = candidates
+        self._waits_for = waits_for  # the claim, compiling in the background: measured once it is done
         self._operations = operations
         self._key = key
         self._strict = _strict.get()
@@ -198,6 +208,8 @@ class Measured:
     def __call__(self, *args, **kwargs):
         if self.fn is not None:
             return self.fn(*args, **kwargs)
+        if self._waits_for is not None and not self._waits_for.done():
+            return self._waits_for(*args, **kwargs)  # its torch operations, until the compile is done
         decided = self._decided_before(args, kwargs)
         if decided is not None:
             self.selection, fn, result = decided
@@ -307,7 +319,7 @@ def _candidates(
         if isinstance(other, FusionExecutor) and fused and _accepts_all(other, ops):
             candidates.append(
                 Candidate(
-                    other.name, lambda c=other.compile_region: c(region), region_bytes(other, ops, outputs)
+                    other.name, lambda other=other: compile_now(other, region), region_bytes(other, ops, outputs)
                 )
             )
         elif isinstance(other, OperatorExecutor) and not fused and _accepts_all(other, ops):
@@ -346,6 +358,11 @@ def _updated_later(trace: Trace) -> Callable[[BoundSymbol], bool]:
     return lambda bsym: any(p.name in updated for p in bsym.flat_outputs())
 
 
+def _compiling_in_background(bsym: BoundSymbol) -> BackgroundCompile | None:
+    impl = bsym.impl.fn if isinstance(bsym.impl, FirstCall) else bsym.impl
+    return impl if isinstance(impl, BackgroundCompile) else None
+
+
 def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list], Trace]) -> Trace:
     """Wrap each claim that has alternatives in a ``Measured`` that times them on its first call.
 
@@ -369,6 +386,15 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             or has_symbolic_sizes(bsym)  # sizes vary; and a later compile could add a size guard unseen
         ):
             bsyms.append(bsym)
+            continue
+        background = _compiling_in_background(bsym)
+        if background is not None:  # timed against its torch operations once it is compiled
+            torch_candidate = _torch_candidate(bsym, True)
+            candidates = [Candidate(owner.name, lambda b=background: b), torch_candidate]
+            key = claim_key(bsym, owner, executors, candidates)
+            ops = list(bsym.subsymbols)
+            bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key, waits_for=background)))
+            changed = True
             continue
         candidates = _candidates(bsym, owner, executors, claim, room)
         if len(candidates) < 2:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 
 from thunder_core.errors import CaptureError
+from thunder_core.executors.background import compiling_in_background, wants_background
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
@@ -118,6 +119,9 @@ class ThunderFunction:
         self._cache: dict[tuple, tuple] = {}
         self._variants: dict[tuple, list[Compiled]] = {}  # key -> every entry compiled for it
         self._entries: list[Compiled] = []
+        #: Whether this function's first program counts as a recompile (``compile_in_background``):
+        #: the torch.compile front end sets it for the parts of a graph Dynamo compiles again.
+        self.first_compile_is_recompile = False
         self._descriptions: list[dict[str, str]] = []
         self._names = _positional_names(fn if signature_of is None else signature_of)
         self._hits = 0
@@ -367,7 +371,10 @@ class ThunderFunction:
         return kept
 
     def _compile(self, args, kwargs, key, leaves) -> Compiled:
-        with _garbage_collection_paused():
+        config = self._job.config if self._job is not None else None
+        mode = config.compile_in_background if config is not None else "recompiles"
+        compiled_before = bool(self._entries) or self.first_compile_is_recompile
+        with _garbage_collection_paused(), compiling_in_background(wants_background(mode, compiled_before)):
             dims = self._dims_to_make_symbolic(key, leaves)
             failed = ""
             if dims:
@@ -521,7 +528,7 @@ def job_from_arguments(arguments: dict):
     from thunder_core.plugins.config import resolve
     from thunder_core.plugins.job import build_job
 
-    selection = {key: arguments.get(key) for key in ("executors", "plugins", "options", "disable", "select")}
+    selection = {key: arguments.get(key) for key in ("executors", "plugins", "options", "disable", "select", "compile_in_background")}
     return build_job(resolve(**selection))
 
 

@@ -3,7 +3,7 @@
 Precedence, highest first: ``jit(executors=..., plugins=..., options=...)``; the
 environment (``THUNDER_CORE_EXECUTORS``, ``THUNDER_CORE_PLUGINS``, ``THUNDER_CORE_DISABLE``,
 ``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``, ``THUNDER_CORE_SELECT``,
-``THUNDER_CORE_CPU_MEMORY``); the config file (the TOML file
+``THUNDER_CORE_CPU_MEMORY``, ``THUNDER_CORE_COMPILE_IN_BACKGROUND``); the config file (the TOML file
 ``THUNDER_CORE_CONFIG`` names, else ``[tool.thunder-core]`` in the nearest pyproject.toml).
 """
 
@@ -30,11 +30,15 @@ CONFIG_KEYS = {
     "strict": "true: any broken, incompatible or stale plugin is an error",
     "select": '"measure" (default): time each claim against its alternatives on its first call; '
     '"priority": keep every claim as the claim order made it',
+    "compile_in_background": '"recompiles" (default): a program compiled again for a function (new sizes, a '
+    "new signature) runs its fusion regions with torch while their executor compiles them on a worker "
+    'thread; "always": the first program too; "never": every compile finishes before the program runs',
     "cpu_memory": '"keep" (default): glibc keeps freed CPU memory for reuse (no page faults for a '
     'program\'s intermediates; process-wide, set by the first CPU program); "release": malloc as it is',
 }
 SELECTIONS = ("measure", "priority")
 CPU_MEMORY = ("keep", "release")
+BACKGROUND = ("recompiles", "always", "never")
 ENV_FLAGS = ("1", "true", "yes", "on")
 
 
@@ -50,6 +54,7 @@ class JobConfig:
     strict: bool = False
     select: str = "measure"
     cpu_memory: str = "keep"
+    compile_in_background: str = "recompiles"
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -124,7 +129,23 @@ def _cpu_memory(env, table: dict, where: str) -> tuple[str, str]:
     )
 
 
-def resolve(*, executors=None, plugins=None, options=None, disable=None, select=None) -> JobConfig:
+def _background(value, env, table: dict, where: str) -> tuple[str, str]:
+    return _choice(
+        "compile_in_background",
+        BACKGROUND,
+        "'recompiles' compiles a function's later programs beside them, 'always' every program, "
+        "'never' none",
+        [
+            ("jit(compile_in_background=...)", value),
+            ("THUNDER_CORE_COMPILE_IN_BACKGROUND", env.get("THUNDER_CORE_COMPILE_IN_BACKGROUND") or None),
+            (f"{where}: compile_in_background", table.get("compile_in_background")),
+        ],
+    )
+
+
+def resolve(
+    *, executors=None, plugins=None, options=None, disable=None, select=None, compile_in_background=None
+) -> JobConfig:
     """Combine the three sources into one JobConfig (names are checked later, against discovery)."""
     path, table = find_config_file()
     where = f"config file {path}" if path else "config"
@@ -195,4 +216,7 @@ def resolve(*, executors=None, plugins=None, options=None, disable=None, select=
     )
     config.select, config.sources["select"] = _selection(select, env, table, where)
     config.cpu_memory, config.sources["cpu_memory"] = _cpu_memory(env, table, where)
+    config.compile_in_background, config.sources["compile_in_background"] = _background(
+        compile_in_background, env, table, where
+    )
     return config

@@ -13,6 +13,9 @@ without autograd) does not need and which cost a few microseconds per call, more
 caches between large matmuls. Regions with symbolic sizes go through
 ``torch._inductor.standalone_compile``, which keeps their sizes dynamic. Inductor's on-disk FX
 graph cache makes a second process's compiles cheap either way.
+
+The executor compiles in the background (``compiles_in_background``): a recompiled program's
+regions run as torch operations while Inductor compiles them on thunder_core's worker thread.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
 from thunder_core.extend import (
+    COMPILE_LOCK,
     INPLACE,
     OPAQUE,
     RANDOM,
@@ -95,6 +99,7 @@ class InductorExecutor(FusionExecutor):
     min_region_size = 2
     views_after_region = True  # Inductor keeps each result's strides; a returned view is rebuilt per call
     takes_symbolic_sizes = True  # a region with symbolic sizes compiles once, size-generic
+    compiles_in_background = True  # a recompile's regions run with torch until Inductor is done
 
     def __init__(self, regions: str = "fusion", inductor_options: dict | None = None, warm_up=None):
         if regions not in REGIONS:
@@ -237,7 +242,8 @@ def _compile(region, name: str, options: dict):
         variant = variants.get(strides)
         if variant is None:
             try:
-                variant = compile_for(strides)
+                with COMPILE_LOCK:  # one Inductor compile at a time, with those in the background
+                    variant = compile_for(strides)
             except RegionNotSupported:  # nothing to compute for these strides: run the ops as they are
                 variant = fn
             variants[strides] = variant

@@ -1,0 +1,203 @@
+"""Compiles that run beside the program.
+
+A program compiled again for a function it already runs (a new prompt length, a last batch
+that is smaller, a cache that now holds tensors: a recompile) need not stall the call that
+asked for it. Its fusion regions start as their own operations run by the torch executor,
+while the executor that claimed them compiles them on one worker thread; the first call after
+a region's compile has finished runs the compiled region. Which compiles go to the background
+is the job's ``compile_in_background`` setting: ``"recompiles"`` (the default), ``"always"``
+(the first program of a function too) or ``"never"``.
+
+Only executors that declare ``compiles_in_background = True`` are compiled this way, only for
+regions without effects (an in-place update, a random draw), and never in strict mode (a
+failure must reach the caller). A compile starts at the region's first call, after the program
+and its guards are complete. Compiles of such executors run one at a time, on either thread,
+under ``COMPILE_LOCK``. A region with symbolic sizes keeps its torch operations if its compile
+assumed anything new about the sizes (a guard, a replacement or a divisibility fact added to the
+trace's ``ShapeEnv``): the program's size guards were taken before and would not check it.
+
+``wait_for_compiles()`` returns once every compile handed to the worker has finished.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from thunder_core.executors.regions import RegionNotSupported
+
+MODES = ("recompiles", "always", "never")
+
+_in_background: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "thunder_core_compile_in_background", default=False
+)
+
+#: Held around every compile of an executor that compiles in the background, on either thread.
+COMPILE_LOCK = threading.RLock()
+
+
+@contextmanager
+def compiling_in_background(enabled: bool) -> Iterator[None]:
+    """Whether the fusion regions compiled in this block compile on the worker thread."""
+    token = _in_background.set(enabled)
+    try:
+        yield
+    finally:
+        _in_background.reset(token)
+
+
+def in_background() -> bool:
+    return _in_background.get()
+
+
+def wants_background(mode: str, compiled_before: bool) -> bool:
+    """Whether a compile goes to the background under the job's ``compile_in_background``."""
+    return mode == "always" or (mode == "recompiles" and compiled_before)
+
+
+class _Worker:
+    """One daemon thread running compiles in the order they were handed over."""
+
+    def __init__(self):
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._condition = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._condition:
+            if self._closing:
+                return
+            self._jobs.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="thunder-core-compile", daemon=True)
+                self._thread.start()
+            self._condition.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._jobs:
+                    self._busy = False
+                    self._condition.notify_all()
+                    self._condition.wait()
+                job = self._jobs.popleft()
+                self._busy = True
+            job()  # never raises: BackgroundCompile keeps its torch operations on any failure
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._condition:
+            return self._condition.wait_for(lambda: not self._jobs and not self._busy, timeout)
+
+    def close(self) -> None:
+        """At exit: drop the compiles not started, let the one running finish (bounded)."""
+        with self._condition:
+            self._closing = True
+            self._jobs.clear()
+        self.wait(timeout=30.0)
+
+
+_worker = _Worker()
+atexit.register(_worker.close)
+
+
+def wait_for_compiles(timeout: float | None = None) -> bool:
+    """Block until every compile running in the background has finished; False on timeout.
+
+    Programs compiled in the background (``compile_in_background``) run their regions with
+    torch until then: call this before timing a steady state.
+    """
+    return _worker.wait(timeout)
+
+
+def _shape_env_of(inputs) -> object | None:
+    for p in inputs:
+        for s in (*getattr(p, "shape", ()), *(p.stride() if hasattr(p, "stride") else ())):
+            if isinstance(s, torch.SymInt):
+                return s.node.shape_env
+    return None
+
+
+def _assumptions(shape_env) -> tuple:
+    """What a compile may add to a ShapeEnv that the program's size guards would have to check."""
+    return (
+        len(shape_env.guards),
+        len(getattr(shape_env, "deferred_runtime_asserts", {}) or {}),
+        dict(shape_env.replacements),
+        frozenset(getattr(shape_env, "divisible", ())),
+    )
+
+
+class BackgroundCompile:
+    """A fusion region compiled on the worker thread: its torch operations until the compile is done.
+
+    ``state`` says where it is: ``"not started"`` (before its first call), ``"compiling"``,
+    ``"compiled"``, or ``"torch: <reason>"`` when the compile failed, declined the region, or
+    assumed something about symbolic sizes that no guard checks.
+    """
+
+    def __init__(self, build: Callable[[], Callable], fallback: Callable, executor: str, inputs):
+        self._build = build
+        self._fallback = fallback
+        self._executor = executor
+        self._shape_env = _shape_env_of(inputs)
+        self._compiled: Callable | None = None
+        self.state = "not started"
+        self.failure: str | None = None
+        self.__name__ = f"{executor}_background_compile"
+
+    def done(self) -> bool:
+        """Whether the compile has finished (compiled, or left to torch)."""
+        return self.state == "compiled" or self.state.startswith("torch")
+
+    def __call__(self, *args):
+        compiled = self._compiled
+        if compiled is not None:
+            return compiled(*args)
+        if self.state == "not started":
+            self.state = "compiling"
+            _worker.submit(self._compile)
+        elif self.state == "compiled":
+            return self._first_compiled_call(args)
+        return self._fallback(*args)
+
+    def _first_compiled_call(self, args):
+        try:
+            result = self._ready(*args)
+        except Exception as error:  # noqa: BLE001 - the region is pure: its torch operations run instead
+            self._keep_torch(f"{self._executor} failed on its first run: {type(error).__name__}: {error}")
+            return self._fallback(*args)
+        self._compiled = self._ready
+        return result
+
+    def _compile(self) -> None:
+        try:
+            with COMPILE_LOCK:
+                before = None if self._shape_env is None else _assumptions(self._shape_env)
+                compiled = self._build()
+                if before is not None and _assumptions(self._shape_env) != before:
+                    self._keep_torch(
+                        f"{self._executor}'s compile assumed something about the symbolic sizes that the "
+                        "program's size guards, taken before, do not check"
+                    )
+                    return
+        except RegionNotSupported as reason:
+            self._keep_torch(f"{self._executor} could not compile the region: {reason}")
+            return
+        except BaseException as error:  # noqa: BLE001 - a failed compile leaves the torch operations
+            self._keep_torch(f"{self._executor} failed compiling a region: {type(error).__name__}: {error}")
+            return
+        self._ready = compiled
+        self.state = "compiled"
+
+    def _keep_torch(self, reason: str) -> None:
+        self.failure = reason
+        self.state = f"torch: {reason}"
+        self._compiled = self._fallback
