@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from thunder_core.executors.background import BackgroundCompile
 from thunder_core.inspection import _function, _last, compile_report
 from thunder_core.ir.codegen import Printer
 
@@ -65,6 +66,31 @@ def _measured(trace) -> dict[str, object]:
             for sub in bsym.subsymbols or [bsym]:
                 measured.update((p.name, selection) for p in sub.flat_outputs())
     return measured
+
+
+_BACKGROUND_NOTES = {
+    False: "compiling in the background: torch runs its operations until then",
+    True: "compiled in the background",
+}
+
+
+def _background(impl) -> BackgroundCompile | None:
+    """The region's compile running (or run) in the background, if it has one."""
+    for candidate in (getattr(impl, "_waits_for", None), getattr(impl, "__dict__", {}).get("fn")):
+        if isinstance(candidate, BackgroundCompile):
+            return candidate
+    return None
+
+
+def _compiled_in_background(trace) -> dict[str, BackgroundCompile]:
+    """Output name -> the background compile of the region that computes it."""
+    found = {}
+    for bsym in trace.bound_symbols:
+        background = _background(bsym.impl)
+        if background is not None:
+            for sub in bsym.subsymbols:
+                found.update((p.name, background) for p in sub.flat_outputs())
+    return found
 
 
 def _failed_at_run_time(trace) -> dict[str, str]:
@@ -134,6 +160,7 @@ def explain(jfn) -> Explanation:
         printer = Printer()
         failed = _failed_at_run_time(trace)
         measured = _measured(trace)
+        backgrounds = _compiled_in_background(trace)
         for decision in trace.decisions:
             operation = printer.call(decision.bsym.replace(impl=None))
             executor, declined, note = decision.executor, dict(decision.declined), decision.note
@@ -142,6 +169,11 @@ def explain(jfn) -> Explanation:
             failure = getattr(decision.bsym.impl, "failure", None) or next(
                 (failed[n] for n in outputs if n in failed), None
             )
+            background = next((backgrounds[n] for n in outputs if n in backgrounds), None)
+            if background is not None and background.failure:
+                failure, selection = background.failure, None
+            elif background is not None:
+                note = "; ".join(filter(None, (note, _BACKGROUND_NOTES[background.done()])))
             if selection is not None:
                 if executor in selection.failed:
                     declined[executor] = selection.failed[executor]
@@ -158,7 +190,8 @@ def explain(jfn) -> Explanation:
     notes = list(compiled.notes)
     for _, trace in executed:
         for bsym in trace.bound_symbols:
-            failure = getattr(bsym.impl, "failure", None)
+            background = _background(bsym.impl)
+            failure = getattr(bsym.impl, "failure", None) or (background.failure if background else None)
             if failure:
                 notes.append(
                     f"{bsym.symbol.printed_name} ({trace.function_name}): {failure}; torch ran it instead"

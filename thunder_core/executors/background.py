@@ -153,6 +153,11 @@ class BackgroundCompile:
         self.failure: str | None = None
         self.__name__ = f"{executor}_background_compile"
 
+    @property
+    def compiled(self) -> Callable | None:
+        """The executor's compiled region, once its compile has succeeded."""
+        return getattr(self, "_ready", None) if self.failure is None else None
+
     def done(self) -> bool:
         """Whether the compile has finished (compiled, or left to torch)."""
         return self.state == "compiled" or self.state.startswith("torch")

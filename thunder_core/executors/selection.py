@@ -208,8 +208,13 @@ class Measured:
     def __call__(self, *args, **kwargs):
         if self.fn is not None:
             return self.fn(*args, **kwargs)
-        if self._waits_for is not None and not self._waits_for.done():
-            return self._waits_for(*args, **kwargs)  # its torch operations, until the compile is done
+        if self._waits_for is not None:
+            if not self._waits_for.done():
+                return self._waits_for(*args, **kwargs)  # its torch operations, until the compile is done
+            if self._waits_for.failure:  # no compiled region to time: its torch operations stay
+                self.failure = self._waits_for.failure
+                self._bind(self._waits_for)
+                return self.fn(*args, **kwargs)
         decided = self._decided_before(args, kwargs)
         if decided is not None:
             self.selection, fn, result = decided
@@ -319,7 +324,9 @@ def _candidates(
         if isinstance(other, FusionExecutor) and fused and _accepts_all(other, ops):
             candidates.append(
                 Candidate(
-                    other.name, lambda other=other: compile_now(other, region), region_bytes(other, ops, outputs)
+                    other.name,
+                    lambda other=other: compile_now(other, region),
+                    region_bytes(other, ops, outputs),
                 )
             )
         elif isinstance(other, OperatorExecutor) and not fused and _accepts_all(other, ops):

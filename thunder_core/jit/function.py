@@ -528,7 +528,10 @@ def job_from_arguments(arguments: dict):
     from thunder_core.plugins.config import resolve
     from thunder_core.plugins.job import build_job
 
-    selection = {key: arguments.get(key) for key in ("executors", "plugins", "options", "disable", "select", "compile_in_background")}
+    selection = {
+        key: arguments.get(key)
+        for key in ("executors", "plugins", "options", "disable", "select", "compile_in_background")
+    }
     return build_job(resolve(**selection))
 
 

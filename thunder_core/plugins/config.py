@@ -133,8 +133,7 @@ def _background(value, env, table: dict, where: str) -> tuple[str, str]:
     return _choice(
         "compile_in_background",
         BACKGROUND,
-        "'recompiles' compiles a function's later programs beside them, 'always' every program, "
-        "'never' none",
+        "'recompiles' compiles a function's later programs beside them, 'always' every program, 'never' none",
         [
             ("jit(compile_in_background=...)", value),
             ("THUNDER_CORE_COMPILE_IN_BACKGROUND", env.get("THUNDER_CORE_COMPILE_IN_BACKGROUND") or None),

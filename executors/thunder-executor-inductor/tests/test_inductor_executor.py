@@ -341,3 +341,100 @@ def test_a_traced_region_that_writes_in_place_is_functionalized_before_inductor(
     run = _compile_static(region, [torch.empty_like(x)], {})
     for got, expected in zip(run(x), region(x)):
         torch.testing.assert_close(got, expected)
+
+
+def _regions(jfn):
+    from thunder_core.executors.failures import FirstCall
+
+    final = thunder_core.last_traces(jfn)[-1]
+    return [b.impl.fn if isinstance(b.impl, FirstCall) else b.impl for b in final.bound_symbols
+            if b.executor == "inductor"]  # fmt: skip
+
+
+def _background_regions(jfn):
+    from thunder_core.executors.background import BackgroundCompile
+
+    found = []
+    for impl in _regions(jfn):
+        impl = getattr(impl, "_waits_for", None) or impl  # measured once compiled
+        if isinstance(impl, BackgroundCompile):
+            found.append(impl)
+    return found
+
+
+def gated_mlp(x, w):
+    return (F.silu(x) * x + 1).softmax(-1) @ w
+
+
+def test_a_recompiled_program_runs_at_once_and_inductor_takes_over_when_its_compile_is_done():
+    jfn = thunder_core.jit(gated_mlp, executors=["inductor"], dynamic=False)
+    w = torch.randn(32, 16)
+    first = torch.randn(8, 32)
+    torch.testing.assert_close(jfn(first, w), gated_mlp(first, w))
+    assert _background_regions(jfn) == []  # the first program was compiled before it ran
+    second = torch.randn(12, 32)
+    torch.testing.assert_close(jfn(second, w), gated_mlp(second, w))
+    (region,) = _background_regions(jfn)
+    assert thunder_core.wait_for_compiles(timeout=300)
+    torch.testing.assert_close(jfn(second, w), gated_mlp(second, w))
+    assert region.failure is None and "def call" in region.compiled.source_code  # Inductor's generated code
+    notes = [r.note for r in thunder_core.explain(jfn).operations if r.executor == "inductor"]
+    assert notes and all("compiled in the background" in n for n in notes)
+
+
+def test_a_symbolic_recompile_compiles_in_the_background_and_serves_every_size():
+    jfn = thunder_core.jit(gated_mlp, executors=["inductor"])
+    w = torch.randn(32, 16)
+    for n in (8, 12):
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(jfn(x, w), gated_mlp(x, w))
+    assert thunder_core.wait_for_compiles(timeout=300)
+    (region,) = _background_regions(jfn)
+    for n in (5, 30, 12):
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(jfn(x, w), gated_mlp(x, w))
+    assert region.failure is None and region.compiled is not None  # no size assumption left unguarded
+    assert thunder_core.cache_info(jfn).entries == 2
+
+
+def test_compile_in_background_never_and_always():
+    w, x, y = torch.randn(32, 16), torch.randn(8, 32), torch.randn(12, 32)
+    never = thunder_core.jit(gated_mlp, executors=["inductor"], dynamic=False, compile_in_background="never")
+    never(x, w)
+    torch.testing.assert_close(never(y, w), gated_mlp(y, w))
+    assert _background_regions(never) == [] and _regions(never)
+    always = thunder_core.jit(gated_mlp, executors=["inductor"], compile_in_background="always")
+    torch.testing.assert_close(always(x, w), gated_mlp(x, w))
+    assert len(_background_regions(always)) == 1
+
+
+def test_a_compile_of_another_function_waits_for_the_one_in_the_background():
+    """Inductor compiles one graph at a time: a first program compiled while a recompile's
+    regions compile in the background takes its turn, and both give eager's results."""
+    jfn = thunder_core.jit(gated_mlp, executors=["inductor"], dynamic=False)
+    w = torch.randn(32, 16)
+    jfn(torch.randn(8, 32), w)
+    y = torch.randn(12, 32)
+    jfn(y, w)  # hands its regions to the worker
+
+    def other(x):
+        return (x.exp() + x).tanh().sum(-1)
+
+    jother = thunder_core.jit(other, executors=["inductor"])
+    x = torch.randn(6, 7)
+    torch.testing.assert_close(jother(x), other(x))
+    assert thunder_core.wait_for_compiles(timeout=300)
+    torch.testing.assert_close(jfn(y, w), gated_mlp(y, w))
+    assert all(r.compiled is not None for r in _background_regions(jfn))
+
+
+def test_a_graph_dynamo_compiles_again_is_a_recompile_for_the_front_end():
+    compiled = torch.compile(gated_mlp, backend="thunder_core", dynamic=False,
+                             options={"executors": ["inductor"]})  # fmt: skip
+    w = torch.randn(32, 16)
+    for n in (8, 12):
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(compiled(x, w), gated_mlp(x, w))
+    assert thunder_core.wait_for_compiles(timeout=300)
+    notes = [r.note for r in thunder_core.explain(compiled).operations if r.executor == "inductor"]
+    assert any("compiled in the background" in n for n in notes)  # the second graph's part

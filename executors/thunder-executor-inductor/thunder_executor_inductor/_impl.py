@@ -249,6 +249,7 @@ def _compile(region, name: str, options: dict):
             variants[strides] = variant
         return tuple(variant(*args))
 
+    run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
     return run
 
 

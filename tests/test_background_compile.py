@@ -1,0 +1,165 @@
+"""Compiles in the background: a region runs its torch operations until its compile is done."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import thunder_core
+from thunder_core import ConfigError, FusionExecutor, RegionNotSupported
+from thunder_core.capture.capture import capture
+from thunder_core.capture.symbolic import SymbolicSizes
+from thunder_core.executors import torch_executor
+from thunder_core.executors.background import BackgroundCompile, compiling_in_background
+from thunder_core.executors.claiming import assign_executors
+from thunder_core.executors.failures import FirstCall
+from thunder_core.plugins.config import resolve
+
+
+class GatedRegions(FusionExecutor):
+    """Runs each region as the trace of its operations, compiled only when ``gate`` is set;
+    counts the compiled regions' calls and the threads that compiled them."""
+
+    compiles_in_background = True
+    takes_symbolic_sizes = True
+
+    def __init__(self, name="gated", fail=None, assume=None):
+        super().__init__(name)
+        self.gate = threading.Event()
+        self.fail = fail
+        self.assume = assume  # called with a symbolic size of the region's inputs while compiling
+        self.calls = 0
+        self.compiled_on: list[str] = []
+        for op in ("add", "mul", "exp", "sin"):
+            self.register_supported(op)
+
+    def compile_region(self, region):
+        assert self.gate.wait(timeout=60)
+        self.compiled_on.append(threading.current_thread().name)
+        if self.fail is not None:
+            raise self.fail
+        if self.assume is not None:
+            self.assume(next(s for p in region.inputs for s in p.shape if isinstance(s, torch.SymInt)))
+        fn = region.as_trace("region").python_callable()
+
+        def run(*args):
+            self.calls += 1
+            return fn(*args)
+
+        return run
+
+
+def f(x):
+    return (x.exp() * 2).sin() + x
+
+
+def _claimed(executor, x, *, background=True, symbolic=None):
+    trace, _ = capture(f, (x,), {}, positional_names=["x"], symbolic_sizes=symbolic)
+    with compiling_in_background(background):
+        return assign_executors(trace, [executor, torch_executor.executor])
+
+
+def _region(trace):
+    (region,) = [b for b in trace.bound_symbols if b.executor != "torch" and b.executor != "python"]
+    impl = region.impl.fn if isinstance(region.impl, FirstCall) else region.impl
+    return impl
+
+
+def test_a_region_runs_its_torch_operations_until_its_compile_is_done_then_the_compiled_region():
+    executor = GatedRegions()
+    x = torch.randn(4, 3)
+    trace = _claimed(executor, x)
+    region = _region(trace)
+    assert isinstance(region, BackgroundCompile) and region.state == "not started"
+    program = trace.python_callable()
+    torch.testing.assert_close(program(x), f(x))  # compile held by the gate: torch ran it
+    assert region.state == "compiling" and executor.calls == 0
+    torch.testing.assert_close(program(x), f(x))
+    assert executor.calls == 0
+    executor.gate.set()
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert region.done() and executor.compiled_on == ["thunder-core-compile"]
+    torch.testing.assert_close(program(x), f(x))
+    torch.testing.assert_close(program(x), f(x))
+    assert executor.calls == 2  # the compiled region ran, on the main thread's calls
+
+
+def test_outside_the_background_the_region_is_compiled_before_the_program_runs():
+    executor = GatedRegions()
+    executor.gate.set()
+    x = torch.randn(4, 3)
+    trace = _claimed(executor, x, background=False)
+    assert not isinstance(_region(trace), BackgroundCompile)
+    assert executor.compiled_on == [threading.current_thread().name]
+    torch.testing.assert_close(trace.python_callable()(x), f(x))
+    assert executor.calls == 1
+
+
+@pytest.mark.parametrize("error", [RegionNotSupported("not this one"), RuntimeError("compiler crashed")])
+def test_a_compile_that_fails_in_the_background_leaves_the_torch_operations(error):
+    executor = GatedRegions(fail=error)
+    executor.gate.set()
+    x = torch.randn(4, 3)
+    trace = _claimed(executor, x)
+    program = trace.python_callable()
+    torch.testing.assert_close(program(x), f(x))
+    assert thunder_core.wait_for_compiles(timeout=60)
+    torch.testing.assert_close(program(x), f(x))
+    region = _region(trace)
+    assert region.state.startswith("torch: ") and str(error) in region.failure
+
+
+def test_a_symbolic_region_whose_compile_assumes_something_about_the_sizes_keeps_its_torch_operations():
+    """The program's size guards were taken before the compile: a guard it adds is checked by
+    nobody, so the compiled region is not used (sizes below 6 would be wrong for it)."""
+    executor = GatedRegions(assume=lambda size: bool(size > 5))
+    executor.gate.set()
+    x = torch.randn(8, 3)
+    sizes = SymbolicSizes({0: frozenset({0})})
+    trace = _claimed(executor, x, symbolic=sizes)
+    program = trace.python_callable()
+    torch.testing.assert_close(program(x), f(x))
+    assert thunder_core.wait_for_compiles(timeout=60)
+    small = torch.randn(3, 3)
+    torch.testing.assert_close(program(small), f(small))
+    region = _region(trace)
+    assert "assumed something about the symbolic sizes" in region.failure and executor.calls == 0
+
+
+def test_a_symbolic_region_whose_compile_assumes_nothing_is_used():
+    executor = GatedRegions()
+    executor.gate.set()
+    x = torch.randn(8, 3)
+    trace = _claimed(executor, x, symbolic=SymbolicSizes({0: frozenset({0})}))
+    program = trace.python_callable()
+    program(x)
+    assert thunder_core.wait_for_compiles(timeout=60)
+    for n in (8, 5, 17):
+        y = torch.randn(n, 3)
+        torch.testing.assert_close(program(y), f(y))
+    assert executor.calls == 3
+
+
+def test_wait_for_compiles_times_out_while_a_compile_runs():
+    executor = GatedRegions()
+    x = torch.randn(4, 3)
+    program = _claimed(executor, x).python_callable()
+    program(x)
+    assert thunder_core.wait_for_compiles(timeout=0.05) is False
+    executor.gate.set()
+    assert thunder_core.wait_for_compiles(timeout=60) is True
+
+
+def test_the_setting_comes_from_the_api_the_environment_or_the_config_file(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert resolve().compile_in_background == "recompiles"
+    monkeypatch.setenv("THUNDER_CORE_COMPILE_IN_BACKGROUND", "never")
+    assert resolve().compile_in_background == "never"
+    assert resolve(compile_in_background="always").compile_in_background == "always"
+    monkeypatch.delenv("THUNDER_CORE_COMPILE_IN_BACKGROUND")
+    (tmp_path / "pyproject.toml").write_text('[tool.thunder-core]\ncompile_in_background = "always"\n')
+    assert resolve().compile_in_background == "always"
+    with pytest.raises(ConfigError, match="compile_in_background must be one of"):
+        resolve(compile_in_background="later")
