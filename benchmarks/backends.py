@@ -10,6 +10,7 @@ thunder_core[inductor(regions=maximal)+numba]   # with executor options
 thunder_core[inductor+numba]/checkpoint    # with plugins
 thunder_core/select=priority               # the claim order decides, without measuring
 thunder_core/dynamic=true                  # every size symbolic from the first call
+thunder_core/background=always             # compile_in_background="always" (or never)
 """
 
 from __future__ import annotations
@@ -45,20 +46,15 @@ def thunder_core_arguments(spec: str) -> dict:
             for item in filter(None, (match["options"] or "").split(";")):
                 key, _, value = item.partition("=")
                 options.setdefault(match["name"], {})[key] = _value(value)
-    plugins, select, dynamic = [], None, None
+    plugins, settings = [], {}
+    names = {"select": "select", "dynamic": "dynamic", "background": "compile_in_background"}
     for item in filter(None, tail.split("+")):
-        if item.startswith("select="):
-            select = item.removeprefix("select=")
-        elif item.startswith("dynamic="):
-            dynamic = _value(item.removeprefix("dynamic="))
+        key, equals, value = item.partition("=")
+        if equals and key in names:
+            settings[names[key]] = _value(value)
         else:
             plugins.append(item)
-    arguments = {"executors": executors, "options": options or None, "plugins": plugins or None}
-    if select is not None:
-        arguments["select"] = select
-    if dynamic is not None:
-        arguments["dynamic"] = dynamic
-    return arguments
+    return {"executors": executors, "options": options or None, "plugins": plugins or None, **settings}
 
 
 def wrap_forward(model, spec: str) -> None:

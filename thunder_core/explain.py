@@ -76,7 +76,7 @@ _BACKGROUND_NOTES = {
 
 def _background(impl) -> BackgroundCompile | None:
     """The region's compile running (or run) in the background, if it has one."""
-    for candidate in (getattr(impl, "_waits_for", None), getattr(impl, "__dict__", {}).get("fn")):
+    for candidate in (getattr(impl, "waits_for", None), getattr(impl, "__dict__", {}).get("fn")):
         if isinstance(candidate, BackgroundCompile):
             return candidate
     return None

@@ -146,7 +146,7 @@ class Measured:
         waits_for: BackgroundCompile | None = None,
     ):
         self.candidates = candidates
-        self._waits_for = waits_for  # the claim, compiling in the background: measured once it is done
+        self.waits_for = waits_for  # the claim, compiling in the background: measured once it is done
         self._operations = operations
         self._key = key
         self._strict = _strict.get()
@@ -208,12 +208,12 @@ class Measured:
     def __call__(self, *args, **kwargs):
         if self.fn is not None:
             return self.fn(*args, **kwargs)
-        if self._waits_for is not None:
-            if not self._waits_for.done():
-                return self._waits_for(*args, **kwargs)  # its torch operations, until the compile is done
-            if self._waits_for.failure:  # no compiled region to time: its torch operations stay
-                self.failure = self._waits_for.failure
-                self._bind(self._waits_for)
+        if self.waits_for is not None:
+            if not self.waits_for.done():
+                return self.waits_for(*args, **kwargs)  # its torch operations, until the compile is done
+            if self.waits_for.failure:  # no compiled region to time: its torch operations stay
+                self.failure = self.waits_for.failure
+                self._bind(self.waits_for)
                 return self.fn(*args, **kwargs)
         decided = self._decided_before(args, kwargs)
         if decided is not None:

@@ -344,20 +344,16 @@ def test_a_traced_region_that_writes_in_place_is_functionalized_before_inductor(
 
 
 def _regions(jfn):
-    from thunder_core.executors.failures import FirstCall
-
-    final = thunder_core.last_traces(jfn)[-1]
-    return [b.impl.fn if isinstance(b.impl, FirstCall) else b.impl for b in final.bound_symbols
-            if b.executor == "inductor"]  # fmt: skip
+    return [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"]
 
 
 def _background_regions(jfn):
-    from thunder_core.executors.background import BackgroundCompile
-
+    """The regions' background compiles (``state``, ``compiled``, ``failure``): what the
+    generated code calls (``fn`` of its first-call wrapper), or what a measured claim waits for."""
     found = []
-    for impl in _regions(jfn):
-        impl = getattr(impl, "_waits_for", None) or impl  # measured once compiled
-        if isinstance(impl, BackgroundCompile):
+    for region in _regions(jfn):
+        impl = getattr(region.impl, "waits_for", None) or getattr(region.impl, "fn", None)
+        if hasattr(impl, "done") and hasattr(impl, "compiled"):
             found.append(impl)
     return found
 
