@@ -11,11 +11,17 @@ import thunder_core
 from thunder_core import ConfigError, FusionExecutor, RegionNotSupported
 from thunder_core.capture.capture import capture
 from thunder_core.capture.symbolic import SymbolicSizes
-from thunder_core.executors import torch_executor
+from thunder_core.executors import background, torch_executor
 from thunder_core.executors.background import BackgroundCompile, compiling_in_background
 from thunder_core.executors.claiming import assign_executors
 from thunder_core.executors.failures import FirstCall
 from thunder_core.plugins.config import resolve
+
+
+@pytest.fixture(autouse=True)
+def _dynamo_not_used(monkeypatch):
+    """Other tests in this process may have used Dynamo (then compiles run on the caller's thread)."""
+    monkeypatch.setattr(background, "dynamo_in_use", lambda: False)
 
 
 class GatedRegions(FusionExecutor):
@@ -154,12 +160,31 @@ def test_wait_for_compiles_times_out_while_a_compile_runs():
 
 def test_the_setting_comes_from_the_api_the_environment_or_the_config_file(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    assert resolve().compile_in_background == "recompiles"
-    monkeypatch.setenv("THUNDER_CORE_COMPILE_IN_BACKGROUND", "never")
     assert resolve().compile_in_background == "never"
+    monkeypatch.setenv("THUNDER_CORE_COMPILE_IN_BACKGROUND", "recompiles")
+    assert resolve().compile_in_background == "recompiles"
     assert resolve(compile_in_background="always").compile_in_background == "always"
     monkeypatch.delenv("THUNDER_CORE_COMPILE_IN_BACKGROUND")
     (tmp_path / "pyproject.toml").write_text('[tool.thunder-core]\ncompile_in_background = "always"\n')
     assert resolve().compile_in_background == "always"
     with pytest.raises(ConfigError, match="compile_in_background must be one of"):
         resolve(compile_in_background="later")
+
+
+def test_once_dynamo_is_in_use_a_region_is_compiled_on_the_thread_that_calls_it(monkeypatch):
+    """A Dynamo-compiled function refuses to run while another thread traces with FX (PyTorch's
+    tracing state is process-wide): the compile happens at the region's first call instead."""
+    monkeypatch.setattr(background, "dynamo_in_use", lambda: True)
+    executor = GatedRegions()
+    executor.gate.set()
+    x = torch.randn(4, 3)
+    trace = _claimed(executor, x)
+    torch.testing.assert_close(trace.python_callable()(x), f(x))
+    assert executor.compiled_on == [threading.current_thread().name] and executor.calls == 1
+
+
+def test_the_torch_compile_front_end_compiles_before_running(monkeypatch):
+    monkeypatch.setenv("THUNDER_CORE_COMPILE_IN_BACKGROUND", "always")
+    from thunder_core.dynamo.compiler import ThunderCompiler
+
+    assert ThunderCompiler().job.config.compile_in_background == "never"

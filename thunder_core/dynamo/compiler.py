@@ -45,7 +45,6 @@ OPTIONS = {
     "options": "per executor/plugin options, {name: {option: value}}",
     "disable": "executors or plugins never to use",
     "select": "'measure' (default) or 'priority', as in thunder_core.jit",
-    "compile_in_background": "'recompiles' (default), 'always' or 'never', as in thunder_core.jit",
     "fallback": "'inductor' (default) or 'eager': what runs the parts thunder_core does not capture",
     "recompile_limit": "compilations per thunder_core part before it runs eagerly (default 8)",
 }
@@ -146,17 +145,6 @@ def _dynamo_context():
     location = f"{stack[-1].filename}:{stack[-1].lineno}: {(stack[-1].line or '').strip()}" if stack else "?"
     text = " ".join(str(getattr(reason, "reason", "")).split())
     return tx.f_code.co_name, text, bool(getattr(reason, "graph_break", False)), location
-
-
-def _dynamo_recompile() -> bool:
-    """Whether Dynamo is compiling a frame it compiled before (its guards failed: a recompile)."""
-    try:
-        from torch._guards import CompileContext
-
-        compile_id = CompileContext.current_compile_id()
-    except Exception:  # a torch without these internals: treat it as a first compile
-        return False
-    return compile_id is not None and (compile_id.frame_compile_id or 0) > 0
 
 
 class _Fallback:
@@ -391,16 +379,17 @@ class ThunderCompiler:
                 f"backend 'thunder_core': fallback must be 'inductor' or 'eager', got {self.fallback!r}"
             )
         self.recompile_limit = options.get("recompile_limit", 8)
-        self.job = build_job(
-            resolve(
-                executors=options.get("executors"),
-                plugins=options.get("plugins"),
-                options=options.get("options"),
-                disable=options.get("disable"),
-                select=options.get("select"),
-                compile_in_background=options.get("compile_in_background"),
-            )
+        config = resolve(
+            executors=options.get("executors"),
+            plugins=options.get("plugins"),
+            options=options.get("options"),
+            disable=options.get("disable"),
+            select=options.get("select"),
         )
+        # Parts run inside Dynamo's frames: a compile in the background would trace with FX while
+        # Dynamo runs, and PyTorch's FX tracing state is process-wide (Dynamo refuses the call).
+        config.compile_in_background = "never"
+        self.job = build_job(config)
         if self.job.module_transforms:
             names = sorted({name.split(".")[0] for _, _, name in self.job.module_transforms})
             raise ConfigError(
@@ -447,10 +436,7 @@ class ThunderCompiler:
 
     def _module(self, gm: fx.GraphModule) -> ThunderModule:
         # Dynamo guards the Python state; the FX graph itself holds none, so no guards of our own.
-        module = ThunderModule(gm, recompile_limit=self.recompile_limit, job=self.job, cache="same input")
-        # A graph of a frame Dynamo compiles again is a recompile for compile_in_background.
-        module._forward.first_compile_is_recompile = _dynamo_recompile()
-        return module
+        return ThunderModule(gm, recompile_limit=self.recompile_limit, job=self.job, cache="same input")
 
 
 class _AsModule(torch.nn.Module):

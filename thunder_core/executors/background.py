@@ -5,12 +5,14 @@ that is smaller, a cache that now holds tensors: a recompile) need not stall the
 asked for it. Its fusion regions start as their own operations run by the torch executor,
 while the executor that claimed them compiles them on one worker thread; the first call after
 a region's compile has finished runs the compiled region. Which compiles go to the background
-is the job's ``compile_in_background`` setting: ``"recompiles"`` (the default), ``"always"``
-(the first program of a function too) or ``"never"``.
+is the job's ``compile_in_background`` setting: ``"never"`` (the default), ``"recompiles"``
+or ``"always"`` (the first program of a function too).
 
 Only executors that declare ``compiles_in_background = True`` are compiled this way, only for
 regions without effects (an in-place update, a random draw), and never in strict mode (a
-failure must reach the caller). A compile starts at the region's first call, after the program
+failure must reach the caller) or once Dynamo is in use in the process (``dynamo_in_use``:
+PyTorch's FX tracing state is process-wide, and a Dynamo-compiled function refuses to run while
+another thread traces; the torch.compile front end never compiles in the background). A compile starts at the region's first call, after the program
 and its guards are complete. Compiles of such executors run one at a time, on either thread,
 under ``COMPILE_LOCK``. A region with symbolic sizes keeps its torch operations if its compile
 assumed anything new about the sizes (a guard, a replacement or a divisibility fact added to the
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -117,6 +120,14 @@ def wait_for_compiles(timeout: float | None = None) -> bool:
     return _worker.wait(timeout)
 
 
+def dynamo_in_use() -> bool:
+    """Whether Dynamo has compiled a frame in this process. PyTorch's FX tracing state is
+    process-wide, and a Dynamo-compiled function refuses to run while any thread traces with FX
+    (as a compile does): from then on, regions are compiled on the thread that calls them."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return utils is not None and utils.counters["frames"].get("total", 0) > 0
+
+
 def _shape_env_of(inputs) -> object | None:
     for p in inputs:
         for s in (*getattr(p, "shape", ()), *(p.stride() if hasattr(p, "stride") else ())):
@@ -168,7 +179,10 @@ class BackgroundCompile:
             return compiled(*args)
         if self.state == "not started":
             self.state = "compiling"
-            _worker.submit(self._compile)
+            if dynamo_in_use():  # compiled here, now: see _compile_on_worker
+                self._compile()
+                return self(*args)
+            _worker.submit(self._compile_on_worker)
         elif self.state == "compiled":
             return self._first_compiled_call(args)
         return self._fallback(*args)
@@ -181,6 +195,12 @@ class BackgroundCompile:
             return self._fallback(*args)
         self._compiled = self._ready
         return result
+
+    def _compile_on_worker(self) -> None:
+        if dynamo_in_use():  # left to the next call, on the caller's thread
+            self.state = "not started"
+            return
+        self._compile()
 
     def _compile(self) -> None:
         try:

@@ -119,9 +119,6 @@ class ThunderFunction:
         self._cache: dict[tuple, tuple] = {}
         self._variants: dict[tuple, list[Compiled]] = {}  # key -> every entry compiled for it
         self._entries: list[Compiled] = []
-        #: Whether this function's first program counts as a recompile (``compile_in_background``):
-        #: the torch.compile front end sets it for the parts of a graph Dynamo compiles again.
-        self.first_compile_is_recompile = False
         self._descriptions: list[dict[str, str]] = []
         self._names = _positional_names(fn if signature_of is None else signature_of)
         self._hits = 0
@@ -372,9 +369,9 @@ class ThunderFunction:
 
     def _compile(self, args, kwargs, key, leaves) -> Compiled:
         config = self._job.config if self._job is not None else None
-        mode = config.compile_in_background if config is not None else "recompiles"
-        compiled_before = bool(self._entries) or self.first_compile_is_recompile
-        with _garbage_collection_paused(), compiling_in_background(wants_background(mode, compiled_before)):
+        mode = config.compile_in_background if config is not None else "never"
+        background = wants_background(mode, bool(self._entries))
+        with _garbage_collection_paused(), compiling_in_background(background):
             dims = self._dims_to_make_symbolic(key, leaves)
             failed = ""
             if dims:

@@ -30,15 +30,15 @@ CONFIG_KEYS = {
     "strict": "true: any broken, incompatible or stale plugin is an error",
     "select": '"measure" (default): time each claim against its alternatives on its first call; '
     '"priority": keep every claim as the claim order made it',
-    "compile_in_background": '"recompiles" (default): a program compiled again for a function (new sizes, a '
-    "new signature) runs its fusion regions with torch while their executor compiles them on a worker "
-    'thread; "always": the first program too; "never": every compile finishes before the program runs',
+    "compile_in_background": '"never" (default): every compile finishes before the program runs; '
+    '"recompiles": a program compiled again for a function (new sizes, a new signature) runs its fusion '
+    'regions with torch while their executor compiles them on a worker thread; "always": the first too',
     "cpu_memory": '"keep" (default): glibc keeps freed CPU memory for reuse (no page faults for a '
     'program\'s intermediates; process-wide, set by the first CPU program); "release": malloc as it is',
 }
 SELECTIONS = ("measure", "priority")
 CPU_MEMORY = ("keep", "release")
-BACKGROUND = ("recompiles", "always", "never")
+BACKGROUND = ("never", "recompiles", "always")
 ENV_FLAGS = ("1", "true", "yes", "on")
 
 
@@ -54,7 +54,7 @@ class JobConfig:
     strict: bool = False
     select: str = "measure"
     cpu_memory: str = "keep"
-    compile_in_background: str = "recompiles"
+    compile_in_background: str = "never"
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -133,7 +133,8 @@ def _background(value, env, table: dict, where: str) -> tuple[str, str]:
     return _choice(
         "compile_in_background",
         BACKGROUND,
-        "'recompiles' compiles a function's later programs beside them, 'always' every program, 'never' none",
+        "'never' compiles before running, 'recompiles' compiles a function's later programs beside "
+        "them, 'always' every program",
         [
             ("jit(compile_in_background=...)", value),
             ("THUNDER_CORE_COMPILE_IN_BACKGROUND", env.get("THUNDER_CORE_COMPILE_IN_BACKGROUND") or None),
