@@ -93,7 +93,10 @@ class _Worker:
                     self._condition.wait()
                 job = self._jobs.popleft()
                 self._busy = True
-            job()  # never raises: BackgroundCompile keeps its torch operations on any failure
+            try:
+                job()  # BackgroundCompile keeps its torch operations on any failure of its compile
+            except BaseException:  # noqa: BLE001 - the worker outlives any job, or waiting would never end
+                pass
 
     def wait(self, timeout: float | None) -> bool:
         with self._condition:
