@@ -87,12 +87,13 @@ def jit(
     run the same operations on the first call's real inputs and keeps the fastest (``explain``
     shows the timings); ``select="priority"`` keeps every claim as the claim order made it.
 
-    ``compile_in_background="recompiles"`` (the default): when a function is compiled again
-    (new sizes, a new signature), the new program runs at once, its fusion regions as plain
-    torch operations while their executor (Inductor) compiles them on a worker thread, and
-    each region switches to its compiled code when that is ready. ``"always"`` does the same
-    for the first program (the fastest first result); ``"never"`` finishes every compile
-    before the program runs. ``thunder_core.wait_for_compiles()`` waits for the worker.
+    ``compile_in_background="never"`` (the default) finishes every compile before the program
+    runs. With ``"recompiles"``, when a function is compiled again (new sizes, a new
+    signature), the new program runs at once, its fusion regions as plain torch operations
+    while their executor (Inductor) compiles them on a worker thread, and each region switches
+    to its compiled code when that is ready; ``"always"`` does the same for the first program
+    (the fastest first result). ``thunder_core.wait_for_compiles()`` waits for the worker. Not
+    for processes that also run ``torch.compile``d code (docs/plugins.md says why).
 
     The first call with a new input signature (shapes, dtypes, devices, requires_grad,
     grad mode, Python values) captures and compiles a trace; later calls with the same

@@ -12,8 +12,8 @@ Only executors that declare ``compiles_in_background = True`` are compiled this 
 regions without effects (an in-place update, a random draw), and never in strict mode (a
 failure must reach the caller) or once Dynamo is in use in the process (``dynamo_in_use``:
 PyTorch's FX tracing state is process-wide, and a Dynamo-compiled function refuses to run while
-another thread traces; the torch.compile front end never compiles in the background). A compile starts at the region's first call, after the program
-and its guards are complete. Compiles of such executors run one at a time, on either thread,
+another thread traces; the torch.compile front end never compiles in the background). A
+compile starts at the region's first call, after the program and its guards are complete. Compiles of such executors run one at a time, on either thread,
 under ``COMPILE_LOCK``. A region with symbolic sizes keeps its torch operations if its compile
 assumed anything new about the sizes (a guard, a replacement or a divisibility fact added to the
 trace's ``ShapeEnv``): the program's size guards were taken before and would not check it.
@@ -34,8 +34,6 @@ from contextlib import contextmanager
 import torch
 
 from thunder_core.executors.regions import RegionNotSupported
-
-MODES = ("recompiles", "always", "never")
 
 _in_background: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "thunder_core_compile_in_background", default=False
