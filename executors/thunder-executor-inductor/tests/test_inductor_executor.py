@@ -185,7 +185,7 @@ def test_inductor_options_reach_the_compiler():
 
 
 def test_cpp_wrapper_is_in_the_generated_code():
-    from thunder_executor_inductor._impl import _compile_static
+    from thunder_executor_inductor._backend import _compile_static
 
     def region(x):
         return (torch.sin(x) * 2 + 1,)
@@ -330,7 +330,7 @@ def test_a_region_call_runs_the_generated_code_without_aot_runtime_wrappers():
 
 
 def test_a_traced_region_that_writes_in_place_is_functionalized_before_inductor():
-    from thunder_executor_inductor._impl import _compile_static
+    from thunder_executor_inductor._backend import _compile_static
 
     def region(x):
         y = x.clone()
@@ -439,3 +439,29 @@ def test_the_front_end_compiles_every_graph_before_running_it(monkeypatch):
         torch.testing.assert_close(compiled(x, w), gated_mlp(x, w))
     notes = [r.note for r in thunder_core.explain(compiled).operations if r.executor == "inductor"]
     assert notes and not any("background" in n for n in notes)
+
+
+_LAZY_IMPORT = """
+import json, sys
+import torch
+import thunder_core
+
+x = torch.randn(8, 16)
+add = thunder_core.jit(lambda a, b: a + b)  # the default executors, Inductor among them
+same = torch.equal(add(x, x), x + x)
+before = [m for m in ("torch._dynamo", "torch._inductor") if m in sys.modules]
+chain = thunder_core.jit(lambda a: (a.sin() * 2).softmax(-1), executors=["inductor"])
+same = same and torch.allclose(chain(x), (x.sin() * 2).softmax(-1))
+ran = [b.executor for b in thunder_core.last_traces(chain)[-1].bound_symbols if b.executor == "inductor"]
+print(json.dumps({"same": same, "before": before, "after": "torch._inductor" in sys.modules, "ran": ran}))
+"""
+
+
+def test_inductor_is_imported_when_its_first_region_compiles_not_when_the_plugin_is_found():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LAZY_IMPORT], capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"same": True, "before": [], "after": True, "ran": ["inductor"]}

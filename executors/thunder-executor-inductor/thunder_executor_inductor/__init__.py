@@ -17,13 +17,21 @@ def _compiler() -> str | None:
     return None
 
 
+def _has_submodule(spec, name: str) -> bool:
+    """Whether package ``spec`` has module ``name``, found without importing the package (finding
+    ``torch._inductor.standalone_compile`` by name would import Inductor and Dynamo)."""
+    locations = spec.submodule_search_locations or []
+    return any(os.path.exists(os.path.join(folder, f"{name}.py")) for folder in locations)
+
+
 @hookimpl
 def thunder_core_probe() -> Availability:
-    if importlib.util.find_spec("torch._inductor") is None:
+    inductor = importlib.util.find_spec("torch._inductor")
+    if inductor is None:
         return Availability.missing(
             "torch._inductor not found in this torch build", "pip install 'torch>=2.8'"
         )
-    if importlib.util.find_spec("torch._inductor.standalone_compile") is None:
+    if not _has_submodule(inductor, "standalone_compile"):
         return Availability.missing(
             "this torch has no torch._inductor.standalone_compile (added in torch 2.8)",
             "pip install 'torch>=2.8'",

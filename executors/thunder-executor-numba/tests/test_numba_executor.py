@@ -228,3 +228,29 @@ def test_attention_stays_with_aten_when_the_kernel_does_not_fit():
             torch.testing.assert_close(jfn(*args), _attend(*args))
         assert not _claimed_attention(jfn)
         assert reason is None or reason in str(thunder_core.explain(jfn)), reason
+
+
+_LAZY_IMPORT = """
+import json, sys
+import torch
+import thunder_core
+
+x = torch.randn(1 << 16)
+add = thunder_core.jit(lambda a, b: a + b)  # the default executors, Numba among them
+same = torch.equal(add(x, x), x + x)
+before = "numba" in sys.modules
+chain = thunder_core.jit(lambda a: (a * 2 + 1).sin(), executors=["numba"])
+same = same and torch.allclose(chain(x), (x * 2 + 1).sin())
+ran = [b.executor for b in thunder_core.last_traces(chain)[-1].bound_symbols if b.executor == "numba"]
+print(json.dumps({"same": same, "before": before, "after": "numba" in sys.modules, "ran": ran}))
+"""
+
+
+def test_numba_is_imported_when_its_first_region_compiles_not_when_the_plugin_is_found():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LAZY_IMPORT], capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"same": True, "before": False, "after": True, "ran": ["numba"]}

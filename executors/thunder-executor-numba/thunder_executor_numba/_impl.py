@@ -8,6 +8,7 @@ and kept in memory per region signature within a process.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -67,9 +68,7 @@ class NumbaExecutor(FusionExecutor):
     default_priority = 5
 
     def __init__(self):
-        import numba
-
-        super().__init__("numba", version=numba.__version__)
+        super().__init__("numba", version=importlib.metadata.version("numba"))
         self._kernels: dict[str, object] = {}
         for name in TORCH_LEVEL + PRIMS:
             try:

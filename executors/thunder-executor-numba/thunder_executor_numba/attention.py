@@ -17,47 +17,14 @@ from __future__ import annotations
 
 import math
 
-import numba
-import numpy as np
 import torch
 
 from thunder_core import Rejection
 from thunder_core.extend import TensorProxy
 
-_REASSOCIATE = {"reassoc", "contract"}
 DTYPES = (torch.float32, torch.float64)
 PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
-
-
-@numba.njit(parallel=True, fastmath=_REASSOCIATE, cache=True)
-def _decode_attention(q, k, v, mask, scale, out):  # pragma: no cover - compiled by Numba
-    batch, heads, _, dim = q.shape
-    length, value_dim = k.shape[2], v.shape[3]
-    for bh in numba.prange(batch * heads):
-        b, h = bh // heads, bh % heads
-        acc = np.zeros(value_dim, dtype=out.dtype)
-        best = -np.inf
-        total = 0.0
-        for j in range(length):
-            if not mask[b, h, 0, j]:
-                continue
-            score = 0.0
-            for d in range(dim):
-                score += q[b, h, 0, d] * k[b, h, j, d]
-            score *= scale
-            if score > best:
-                shrink = math.exp(best - score)
-                total *= shrink
-                for d in range(value_dim):
-                    acc[d] *= shrink
-                best = score
-            weight = math.exp(score - best)
-            total += weight
-            for d in range(value_dim):
-                acc[d] += weight * v[b, h, j, d]
-        for d in range(value_dim):  # every position masked: zeros, as PyTorch's attention gives
-            out[b, h, 0, d] = acc[d] / total if total > 0.0 else 0.0
 
 
 def is_attention(bsym) -> bool:
@@ -106,12 +73,13 @@ def decode_attention(region):
     scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(q_shape[-1])
     out_shape = tuple(bsym.output.shape)
     mask_shape = (q_shape[0], q_shape[1], 1, length)
+    from thunder_executor_numba.kernels import decode_attention as kernel  # numba, at the first compile
 
     def run(*tensors):
         q, k, v, mask = (tensors[i].detach() for i in positions)
         out = torch.empty(out_shape, dtype=q.dtype)
         mask = torch.broadcast_to(mask, mask_shape)
-        _decode_attention(q.numpy(), k.numpy(), v.numpy(), mask.numpy(), scale, out.numpy())
+        kernel(q.numpy(), k.numpy(), v.numpy(), mask.numpy(), scale, out.numpy())
         return (out,)
 
     run.source = "numba attention: online softmax over the unmasked cache positions, one head per thread"

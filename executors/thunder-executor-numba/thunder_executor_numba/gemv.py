@@ -10,37 +10,13 @@ weights (smaller ones are not worth the parallel start-up).
 
 from __future__ import annotations
 
-import numba
 import torch
 
 from thunder_core import Rejection
 from thunder_core.extend import TensorProxy
 
 MIN_WEIGHT_ELEMENTS = 1 << 16
-# Reordering the sums lets LLVM vectorize them; the other fast-math flags (no NaN, no infinity)
-# would let it drop NaN and infinity propagation, which eager keeps.
-_REASSOCIATE = {"reassoc", "contract"}
 DTYPES = (torch.float32, torch.float64)
-
-
-@numba.njit(parallel=True, fastmath=_REASSOCIATE, cache=True)
-def _gemv(w, x, out):  # pragma: no cover - compiled by Numba
-    n, k = w.shape
-    for i in numba.prange(n):
-        acc = w.dtype.type(0.0)
-        for j in range(k):
-            acc += w[i, j] * x[j]
-        out[i] = acc
-
-
-@numba.njit(parallel=True, fastmath=_REASSOCIATE, cache=True)
-def _gemv_bias(w, x, b, out):  # pragma: no cover - compiled by Numba
-    n, k = w.shape
-    for i in numba.prange(n):
-        acc = w.dtype.type(0.0)
-        for j in range(k):
-            acc += w[i, j] * x[j]
-        out[i] = acc + b[i]
 
 
 def is_linear(bsym) -> bool:
@@ -75,15 +51,16 @@ def one_row_linear(bsym):
     args = list(bsym.args) + list(bsym.kwargs.values())
     has_bias = len(args) > 2 and args[2] is not None
     out_shape = tuple(bsym.output.shape)
+    from thunder_executor_numba.kernels import gemv, gemv_bias  # numba, at the first compile
 
     def run(x, weight, bias=None):
         out = torch.empty(out_shape, dtype=x.dtype)
         xs = x.detach().reshape(-1).numpy()
         ws = weight.detach().numpy()
         if has_bias:
-            _gemv_bias(ws, xs, bias.detach().numpy(), out.view(-1).numpy())
+            gemv_bias(ws, xs, bias.detach().numpy(), out.view(-1).numpy())
         else:
-            _gemv(ws, xs, out.view(-1).numpy())
+            gemv(ws, xs, out.view(-1).numpy())
         return (out,)
 
     run.source = "numba gemv: out[i] = sum_j weight[i, j] * x[j]" + (" + bias[i]" if has_bias else "")

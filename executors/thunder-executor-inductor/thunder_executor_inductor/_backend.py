@@ -1,0 +1,173 @@
+"""What the Inductor executor runs to compile a region: imported at its first region's compile.
+
+``torch._inductor`` (and with it ``torch._dynamo``) takes over a second to import, so a job whose
+programs never reach a region (a single op, or only the torch executor's work) does not pay it.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import torch._inductor
+import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs; imported here, once
+from torch._guards import TracingContext, tracing
+from torch._inductor import cpu_vec_isa
+from torch._inductor.compile_fx import compile_fx_inner
+from torch._inductor.decomposition import select_decomp_table
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from thunder_core.extend import (
+    COMPILE_LOCK,
+    RegionNotSupported,
+    SymbolicSizeError,
+    TensorProxy,
+    symbolic_examples,
+)
+
+_warmed_up = threading.Lock()
+_ready = False
+
+
+def warm_up() -> None:
+    """Inductor's one-time set-up, before the process's first compile (later calls return at once)."""
+    global _ready
+    with _warmed_up:
+        if not _ready:
+            _probe_vector_isas()
+            _ready = True
+
+
+def _probe_vector_isas() -> None:
+    """Probe the CPU's vector ISAs, which Inductor does once per process before its first compile.
+
+    The probe is mostly waiting for child processes that load a test library, one per
+    candidate ISA, so the candidates are probed in parallel; each candidate's result is cached,
+    so Inductor's own ``valid_vec_isa_list()`` reuses them. Failures are left for the real
+    compile to report.
+    """
+    try:
+        flags = cpu_vec_isa.x86_isa_checker()
+        candidates = [
+            isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())
+        ]
+        with ThreadPoolExecutor(max(1, len(candidates))) as pool:
+            list(pool.map(bool, candidates))
+        cpu_vec_isa.valid_vec_isa_list()
+    except Exception:  # noqa: BLE001 - internal APIs that may change; the compile reports real problems
+        pass
+
+
+def compile_region(region, name: str, options: dict):
+    """One region as an Inductor-compiled callable taking the region's inputs.
+
+    Compiled code asserts its inputs' strides. The trace's metadata predicts them, but a value
+    made by another executor may arrive with other strides (an expanded gradient that came out
+    contiguous, say); such calls get a variant compiled for the strides they bring.
+    """
+    if not all(isinstance(p, TensorProxy) for p in region.inputs):
+        raise RegionNotSupported("inductor: a region input is not a tensor")
+    try:
+        fn = region.as_trace(name).python_callable()
+    except SymbolicSizeError as error:
+        raise RegionNotSupported(f"inductor: {error}") from error
+    examples = symbolic_examples(region.inputs)
+    if examples is not None:
+        return _compile_symbolic(fn, examples, options)
+    specs = [(tuple(p.shape), p.dtype, p.device) for p in region.inputs]
+
+    def compile_for(strides: tuple):
+        examples = [
+            torch.empty_strided(shape, stride, dtype=dtype, device=device)
+            for (shape, dtype, device), stride in zip(specs, strides)
+        ]
+        return _compile_static(fn, examples, options)
+
+    expected = tuple(tuple(p.stride()) for p in region.inputs)
+    compiled = compile_for(expected)
+    variants = {expected: compiled}
+
+    def run(*args):
+        strides = tuple(a.stride() for a in args)
+        if strides == expected:
+            return tuple(compiled(*args))
+        variant = variants.get(strides)
+        if variant is None:
+            try:
+                with COMPILE_LOCK:  # one Inductor compile at a time, with those in the background
+                    variant = compile_for(strides)
+            except RegionNotSupported:  # nothing to compute for these strides: run the ops as they are
+                variant = fn
+            variants[strides] = variant
+        return tuple(variant(*args))
+
+    run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
+    return run
+
+
+def _computes_something(graph) -> None:
+    if not any(node.op == "call_function" for node in graph.graph.nodes):
+        raise RegionNotSupported("inductor: the region computes nothing (its ops are no-ops here)")
+
+
+def _mutates(graph) -> bool:
+    """Whether a traced region updates a tensor in place (a decomposition may write into a buffer
+    it made); such graphs need AOTAutograd's functionalization before Inductor."""
+    for node in graph.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            return True
+    return False
+
+
+def _compile_static(fn, examples: list, options: dict):
+    """A region with static sizes, compiled for ``examples``' sizes and strides into a callable
+    taking the region's inputs and returning its outputs as a list.
+
+    Traced with Inductor's decompositions and handed to ``compile_fx_inner`` under a fake mode
+    with a ShapeEnv of its own (the FX graph cache keys on it); the generated code's entry
+    point is called directly. A graph that updates a tensor in place goes through
+    ``standalone_compile`` (AOTAutograd's functionalization) instead.
+    """
+    graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
+    _computes_something(graph)
+    with torch._inductor.config.patch(options):  # Inductor's own settings for this job
+        if _mutates(graph):
+            graph = make_fx(fn, tracing_mode="fake")(*examples)
+            compiled = torch._inductor.standalone_compile(
+                graph, examples, dynamic_shapes="from_example_inputs"
+            )
+            return lambda *args: compiled(*args)
+        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
+        with tracing(TracingContext(fake_mode)):  # cpp_wrapper is an argument here, not read from the config
+            compiled = compile_fx_inner(graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper))
+    call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
+
+    def run(*args):
+        return call(list(args))
+
+    run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
+    return run
+
+
+def _compile_symbolic(fn, examples: list, options: dict):
+    """A region with symbolic sizes, compiled once for every size: traced on fake inputs of the
+    trace's ShapeEnv (so what Inductor assumes about the sizes becomes the trace's guards) and
+    compiled with those sizes dynamic. Inputs whose strides the compiled code does not expect
+    (it asserts them before computing) run the region's operations as they are."""
+    graph = make_fx(fn, tracing_mode="fake")(*examples)
+    _computes_something(graph)
+    with torch._inductor.config.patch(options):
+        compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
+
+    def run(*args):
+        try:
+            return tuple(compiled(*args))
+        except AssertionError:  # Inductor's stride assertion: other strides than traced
+            return tuple(fn(*args))
+
+    return run
