@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from torch import nn
 
+from thunder_core import progress
 from thunder_core.capture.recorder import Recorder
 from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.source import user_location
@@ -77,6 +78,7 @@ def _recorded(module: nn.Module, forward, symbol: Symbol):
         returned = tuple(x for x in leaves(out) if isinstance(x, PROXY_TYPES) and x.name in produced)
         bsym = BoundSymbol(symbol, tuple(inputs), {}, returned, inner.bound_symbols, user_location())
         outer.bound_symbols.append(bsym)
+        progress.count("blocks captured")
         return out
 
     return run

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 
+from thunder_core import progress
 from thunder_core.executors.background import COMPILE_LOCK, BackgroundCompile, in_background
 from thunder_core.executors.failures import FirstCall, report_failure, strict
 from thunder_core.executors.regions import Region, RegionNotSupported
@@ -125,10 +126,14 @@ def torch_fallback(region) -> Callable:
 
 def compile_now(executor, region: Region) -> Callable:
     """``executor.compile_region(region)``, one at a time with the compiles running in the background."""
+    progress.stage(f"compiling {executor.name} regions")
     if not executor.compiles_in_background:
-        return executor.compile_region(region)
-    with COMPILE_LOCK:
-        return executor.compile_region(region)
+        compiled = executor.compile_region(region)
+    else:
+        with COMPILE_LOCK:
+            compiled = executor.compile_region(region)
+    progress.count(f"{executor.name} regions")
+    return compiled
 
 
 def _compile(executor, region: Region, impure: bool) -> Callable:

@@ -21,6 +21,7 @@ from thunder_core.jit.cache_key import add_to_key, describe
 from thunder_core.jit.dynamic import by_position, changed_dims, check_dynamic, describe_dims, every_dim, fits
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.pipeline import Compiled, compile_function
+from thunder_core.progress import compiling
 
 Tensor = torch.Tensor
 _is_grad_enabled = torch.is_grad_enabled
@@ -371,7 +372,12 @@ class ThunderFunction:
         config = self._job.config if self._job is not None else None
         mode = config.compile_in_background if config is not None else "never"
         background = wants_background(mode, bool(self._entries))
-        with _garbage_collection_paused(), compiling_in_background(background):
+        progress_mode = config.progress if config is not None else "auto"
+        with (
+            _garbage_collection_paused(),
+            compiling_in_background(background),
+            compiling(_display_name(self._guard_root), progress_mode),
+        ):
             dims = self._dims_to_make_symbolic(key, leaves)
             failed = ""
             if dims:
@@ -538,6 +544,11 @@ def jit_options(arguments: dict) -> dict:
         for key in ("recompile_limit", "cache", "reuse_blocks", "dynamic")
         if key in arguments
     }
+
+
+def _display_name(root) -> str:
+    """``GPT`` for a module, ``forward`` for a function: what a person calls it."""
+    return type(root).__name__ if isinstance(root, torch.nn.Module) else _root_name(root)
 
 
 def _root_name(root) -> str:

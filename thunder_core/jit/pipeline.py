@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from thunder_core import progress
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
 from thunder_core.capture.blocks import block_input_names, has_blocks
@@ -101,6 +102,7 @@ def _lower(trace: Trace, job) -> list[Trace]:
     strict = bool(job is not None and job.config is not None and job.config.strict)
     select = job.config.select if job is not None and job.config is not None else "priority"
     traces = [dce(trace)]
+    progress.stage("assigning executors and compiling regions")
     with strictness(strict):
         traces.append(assign_executors(traces[-1], executors, options, select))
     traces += _run_passes(traces[-1], job, "after_executors")
@@ -177,6 +179,7 @@ def compile_function(
         if guard_builder is not None:
             guard_builder.lifted_tensors(lifted)
         flat = without_blocks(captured)
+        progress.stage("transforming")
         compiled = None
         if has_blocks(captured.bound_symbols) and not ambient and not _has_passes(job):
             compiled = _compile_sharing_blocks(captured, flat, lifted, job)
@@ -257,6 +260,7 @@ def _compile(
     prepared = traces[-1]
     notes = []
     if requires_autodiff(prepared):
+        progress.stage("differentiating")
         try:
             with torch.enable_grad():  # the gradient's own ops are recorded as grad mode on
                 split = split_forward_backward(prepared, job.executors if job is not None else ())

@@ -3,7 +3,7 @@
 Precedence, highest first: ``jit(executors=..., plugins=..., options=...)``; the
 environment (``THUNDER_CORE_EXECUTORS``, ``THUNDER_CORE_PLUGINS``, ``THUNDER_CORE_DISABLE``,
 ``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``, ``THUNDER_CORE_SELECT``,
-``THUNDER_CORE_CPU_MEMORY``, ``THUNDER_CORE_COMPILE_IN_BACKGROUND``); the config file (the TOML file
+``THUNDER_CORE_CPU_MEMORY``, ``THUNDER_CORE_COMPILE_IN_BACKGROUND``, ``THUNDER_CORE_PROGRESS``); the config file (the TOML file
 ``THUNDER_CORE_CONFIG`` names, else ``[tool.thunder-core]`` in the nearest pyproject.toml).
 """
 
@@ -33,12 +33,15 @@ CONFIG_KEYS = {
     "compile_in_background": '"never" (default): every compile finishes before the program runs; '
     '"recompiles": a program compiled again for a function (new sizes, a new signature) runs its fusion '
     'regions with torch while their executor compiles them on a worker thread; "always": the first too',
+    "progress": '"auto" (default): a compile running for more than 2 s shows what it is doing when stderr '
+    'is a terminal; "never": never; "always": wherever stderr goes',
     "cpu_memory": '"keep" (default): glibc keeps freed CPU memory for reuse (no page faults for a '
     'program\'s intermediates; process-wide, set by the first CPU program); "release": malloc as it is',
 }
 SELECTIONS = ("measure", "priority")
 CPU_MEMORY = ("keep", "release")
 BACKGROUND = ("never", "recompiles", "always")
+PROGRESS = ("auto", "never", "always")
 ENV_FLAGS = ("1", "true", "yes", "on")
 
 
@@ -55,6 +58,7 @@ class JobConfig:
     select: str = "measure"
     cpu_memory: str = "keep"
     compile_in_background: str = "never"
+    progress: str = "auto"
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -125,6 +129,18 @@ def _cpu_memory(env, table: dict, where: str) -> tuple[str, str]:
         [
             ("THUNDER_CORE_CPU_MEMORY", env.get("THUNDER_CORE_CPU_MEMORY") or None),
             (f"{where}: cpu_memory", table.get("cpu_memory")),
+        ],
+    )
+
+
+def _progress(env, table: dict, where: str) -> tuple[str, str]:
+    return _choice(
+        "progress",
+        PROGRESS,
+        "'auto' shows a long compile's progress on a terminal, 'never' turns it off, 'always' shows it anywhere",
+        [
+            ("THUNDER_CORE_PROGRESS", env.get("THUNDER_CORE_PROGRESS") or None),
+            (f"{where}: progress", table.get("progress")),
         ],
     )
 
@@ -219,4 +235,5 @@ def resolve(
     config.compile_in_background, config.sources["compile_in_background"] = _background(
         compile_in_background, env, table, where
     )
+    config.progress, config.sources["progress"] = _progress(env, table, where)
     return config
