@@ -1,4 +1,9 @@
-"""First-call time against depth: wrapping a litgpt model plus its first training step, on CPU.
+"""First-call time: of ``a + b``, and against depth (a litgpt model's first training step), on CPU.
+
+First, ``a + b`` on 4x4 tensors in a fresh process, timed from just after ``import torch`` (so
+importing thunder_core counts) to its first result: eager, torch.compile, thunder_core with the
+torch executor alone and with the default executors installed (median of ``--add-rounds``
+fresh processes each).
 
 A transformer is N copies of one block; thunder_core compiles each distinct block once
 (``reuse_blocks``, on by default), so most of the first call should not grow with depth. For
@@ -26,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 BACKENDS = ("eager", "torch.compile", "thunder_core", "thunder_core(reuse_blocks=False)")
+ADD_BACKENDS = ("eager", "torch.compile", "thunder_core[torch]", "thunder_core")
 BATCH, LENGTH, WIDTH = 4, 256, 256
 
 
@@ -57,6 +63,25 @@ def first_call(backend: str, layers: int) -> dict:
     return {"first_call_s": time.perf_counter() - start}
 
 
+def first_add(backend: str) -> dict:
+    """Seconds from just after ``import torch`` to the first result of ``a + b`` under ``backend``."""
+    import torch
+
+    start = time.perf_counter()
+    x = torch.ones(4, 4)
+    if backend == "eager":
+        add = torch.add
+    elif backend == "torch.compile":
+        add = torch.compile(lambda a, b: a + b)
+    else:
+        import thunder_core
+
+        executors = ["torch"] if backend == "thunder_core[torch]" else None
+        add = thunder_core.jit(lambda a, b: a + b, executors=executors)
+    add(x, x)
+    return {"first_call_s": time.perf_counter() - start}
+
+
 def _run(backend: str, layers: int, env: dict) -> dict:
     from measure import run_isolated
 
@@ -65,15 +90,36 @@ def _run(backend: str, layers: int, env: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=BACKENDS, help="measure one backend in this process (internal)")
+    parser.add_argument(
+        "--backend", choices=BACKENDS + ADD_BACKENDS, help="measure one backend in this process (internal)"
+    )
+    parser.add_argument("--add", action="store_true", help="with --backend: time a + b (internal)")
+    parser.add_argument("--add-rounds", type=int, default=5, help="fresh processes per backend for a + b")
     parser.add_argument("--layers", default="2,8,24", help="comma-separated depths")
     parser.add_argument("--rounds", type=int, default=1, help="repetitions of every warm measurement")
     parser.add_argument("--warm-only", action="store_true", help="skip the runs with empty compile caches")
     args = parser.parse_args()
     depths = [int(n) for n in args.layers.split(",")]
     if args.backend:
-        print(json.dumps(first_call(args.backend, depths[0])))
+        print(json.dumps(first_add(args.backend) if args.add else first_call(args.backend, depths[0])))
         return
+
+    from measure import run_isolated
+
+    print(
+        f"First call of a + b on 4x4 tensors, seconds after import torch "
+        f"(median of {args.add_rounds} fresh processes per backend, backends interleaved)"
+    )
+    add_times: dict[str, list[float]] = {b: [] for b in ADD_BACKENDS}
+    for _ in range(args.add_rounds):
+        for backend in ADD_BACKENDS:
+            add_times[backend].append(run_isolated(__file__, "--backend", backend, "--add")["first_call_s"])
+    for backend, times in add_times.items():
+        times.sort()
+        print(
+            f"  {backend:24s} {statistics.median(times):7.3f}s   (fastest {times[0]:.3f}s, slowest {times[-1]:.3f}s)"
+        )
+    print()
 
     results: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as shared:
@@ -115,6 +161,15 @@ def main() -> None:
                 f"{n:>2d} layers {column}: thunder_core above eager {ours - eager:6.2f}s, "
                 f"torch.compile above eager {compiled - eager:6.2f}s, ratio {compiled / ours:5.2f}x"
             )
+    for column in columns:
+        shallow, deep = depths[0], depths[-1]
+        above = {
+            n: results[("thunder_core", n)][column] - results[("eager", n)][column] for n in (shallow, deep)
+        }
+        print(
+            f"thunder_core above eager, {deep} layers / {shallow} layers ({column}): "
+            f"{above[deep] / above[shallow]:.2f}x"
+        )
     print(
         "thunder_core growth from the shallowest to the deepest model, above eager: "
         + ", ".join(
