@@ -234,6 +234,11 @@ class FusionExecutor(Executor):
         """Compile one region into a callable taking ``region.inputs`` and returning ``region.outputs``."""
         raise NotImplementedError
 
+    def prepare_compiles(self) -> None:
+        """Import what ``compile_region`` needs. Called on the calling thread before a region's
+        compile goes to the background worker, so that a compiler imported lazily (at its first
+        region) is never imported on the worker while the program runs; nothing by default."""
+
     def materializes(self, bsym: BoundSymbol) -> bool:
         """Whether a compiled region writes this operation's inputs and outputs to memory (a call
         into a library kernel such as a matmul) instead of keeping them in registers; False by

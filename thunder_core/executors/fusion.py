@@ -143,6 +143,7 @@ def _compile(executor, region: Region, impure: bool) -> Callable:
         return compile_now(executor, region)
     try:
         fallback = torch_fallback(region)
+        executor.prepare_compiles()
     except Exception:  # noqa: BLE001 - the region cannot run as it is: its compile says why, now
         return compile_now(executor, region)
     return BackgroundCompile(lambda: executor.compile_region(region), fallback, executor.name, region.inputs)

@@ -149,6 +149,10 @@ class InductorExecutor(FusionExecutor):
             return 1 << 30
         return sum(1 for b in region if b.symbol.name not in VIEW_OPS)
 
+    def prepare_compiles(self) -> None:
+        """Import Inductor on this thread (a region's compile is going to the background worker)."""
+        from thunder_executor_inductor import _backend  # noqa: F401
+
     def compile_region(self, region):
         from thunder_executor_inductor import _backend  # Inductor itself, imported at the first compile
 
