@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import shutil
@@ -20,8 +21,10 @@ def _compiler() -> str | None:
 def _has_submodule(spec, name: str) -> bool:
     """Whether package ``spec`` has module ``name``, found without importing the package (finding
     ``torch._inductor.standalone_compile`` by name would import Inductor and Dynamo)."""
-    locations = spec.submodule_search_locations or []
-    return any(os.path.exists(os.path.join(folder, f"{name}.py")) for folder in locations)
+    locations = spec.submodule_search_locations
+    if not locations:
+        return False
+    return importlib.machinery.PathFinder.find_spec(f"{spec.name}.{name}", list(locations)) is not None
 
 
 @hookimpl

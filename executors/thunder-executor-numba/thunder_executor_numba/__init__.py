@@ -1,6 +1,6 @@
 """thunder-executor-numba: the light module thunder-core imports to probe it.
 
-Numba itself is imported only when the executor is selected (``_impl``).
+Numba itself is imported when the executor compiles its first region (``codegen`` and ``kernels``).
 """
 
 from __future__ import annotations
