@@ -5,11 +5,13 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import select
 import struct
 import subprocess
 import sys
 import termios
 import textwrap
+import time
 
 import pytest
 
@@ -57,7 +59,12 @@ def _run(stderr_is_terminal: bool, setting: str | None) -> tuple[str, str]:
     )
     os.close(terminal)
     written = b""
+    deadline = time.monotonic() + 300  # bounded, even if the program hangs
     while True:
+        ready, _, _ = select.select([controller], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            process.kill()
+            break
         try:
             chunk = os.read(controller, 4096)
         except OSError:  # the program closed the terminal's other end
@@ -113,8 +120,6 @@ class _BrokenStream:
 
 
 def test_a_stderr_that_fails_to_write_stops_the_display_not_the_compile(monkeypatch):
-    import time
-
     import thunder_core.progress as progress
 
     monkeypatch.setattr(progress, "DELAY", 0.0)
