@@ -88,3 +88,28 @@ def test_attribute_access_falls_through():
     model, jmodel = _pair()
     assert jmodel.fc1 is model.fc1
     assert "ThunderModule" in repr(jmodel)
+
+
+def test_global_module_hooks_run_once_per_module_as_in_eager():
+    """``register_module_forward_hook`` and friends apply to every module's call: the original
+    module and its children inside the program, never the jitted wrapper a second time."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    jmodel = thunder_core.jit(model, executors=["torch"])
+    calls = []
+    handles = [
+        nn.modules.module.register_module_forward_pre_hook(lambda m, a: (a[0] * 2,)),
+        nn.modules.module.register_module_forward_hook(lambda m, a, out: out + 1),
+    ]
+    own = jmodel.register_forward_hook(lambda m, a, out: calls.append(type(m).__name__) or out * 3)
+    x = torch.randn(3, 4)
+    try:
+        expected = model(x) * 3  # the hook on the jitted module runs around the original's call
+        torch.testing.assert_close(jmodel(x), expected)
+        torch.testing.assert_close(jmodel(x), expected)
+    finally:
+        for handle in handles:
+            handle.remove()
+        own.remove()
+    assert calls == ["ThunderModule", "ThunderModule"]
+    torch.testing.assert_close(jmodel(x), model(x))
+

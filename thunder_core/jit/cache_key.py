@@ -31,9 +31,9 @@ _BY_IDENTITY = (
 )  # fmt: skip
 
 
-def unsupported_argument(path: str, value) -> TypeError:
+def unsupported_argument(path, value) -> TypeError:
     return TypeError(
-        f"thunder_core.jit: argument {path!r} has type {type(value).__qualname__}, which a jitted "
+        f"thunder_core.jit: argument {_path_text(path)!r} has type {type(value).__qualname__}, which a jitted "
         "function cannot take: its attributes could change between calls without the cache seeing it. "
         "Pass tensors, Python numbers, strings, None, dtypes, devices, memory formats, slices, enums, "
         "functions, and tuples, lists, dicts and plain objects (dataclasses) of them; close over other "
@@ -41,8 +41,25 @@ def unsupported_argument(path: str, value) -> TypeError:
     )
 
 
-def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0, seen: dict | None = None) -> None:
+def _path_text(path) -> str:
+    """An argument's path, kept as ``(parent, step)`` pairs while walking and formatted only for an
+    error: a step is an index (``[0]``), a dict key in a 1-tuple (``['k']``) or an attribute name."""
+    steps = []
+    while type(path) is tuple:
+        path, step = path
+        if type(step) is int:
+            steps.append(f"[{step}]")
+        elif type(step) is tuple:
+            steps.append(f"[{step[0]!r}]")
+        else:
+            steps.append(f".{step}")
+    return path + "".join(reversed(steps))
+
+
+def add_to_key(x, key: list, leaves: list, path, depth: int = 0, seen: dict | None = None) -> None:
     """Append ``x``'s part of the key; tensors and numbers also go to ``leaves``.
+
+    ``path`` names the argument: a string, or ``(parent path, step)`` for what is inside one.
 
     ``seen`` (shared by the arguments of one call) holds the plain lists, dicts and objects
     walked so far: one reached again is keyed as that one, and its tensors are not leaves twice
@@ -74,14 +91,14 @@ def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0, seen: dict
         _check_depth(path, depth)
         key.append((type(x), len(x)))
         for i, item in enumerate(x):
-            add_to_key(item, key, leaves, f"{path}[{i}]", depth + 1, seen)
+            add_to_key(item, key, leaves, (path, i), depth + 1, seen)
     elif type(x) is dict and _seen_before(x, key, seen):
         return
     elif isinstance(x, dict):
         _check_depth(path, depth)
         key.append((type(x), tuple(x)))
         for k, item in x.items():
-            add_to_key(item, key, leaves, f"{path}[{k!r}]", depth + 1, seen)
+            add_to_key(item, key, leaves, (path, (k,)), depth + 1, seen)
     elif is_argument_object(x):  # walked by its attributes (thunder_core.capture.objects)
         if _seen_before(x, key, seen):
             return
@@ -89,7 +106,7 @@ def add_to_key(x, key: list, leaves: list, path: str, depth: int = 0, seen: dict
         items = object_items(x)
         key.append((type(x), tuple(name for name, _ in items)))
         for name, item in items:
-            add_to_key(item, key, leaves, f"{path}.{name}", depth + 1, seen)
+            add_to_key(item, key, leaves, (path, name), depth + 1, seen)
     else:
         raise unsupported_argument(path, x)
 
@@ -106,10 +123,10 @@ def _seen_before(x, key: list, seen: dict | None) -> bool:
     return False
 
 
-def _check_depth(path: str, depth: int) -> None:
+def _check_depth(path, depth: int) -> None:
     if depth >= MAX_DEPTH:
         raise TypeError(
-            f"thunder_core.jit: argument {path!r} is nested more than {MAX_DEPTH} levels deep (or refers to "
+            f"thunder_core.jit: argument {_path_text(path)!r} is nested more than {MAX_DEPTH} levels deep (or refers to "
             "itself); pass its tensors, or a flatter object, instead"
         )
 

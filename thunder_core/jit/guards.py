@@ -20,12 +20,21 @@ each value, a check:
 The checks compile into one generated function (``Guard.source`` shows it) that returns
 ``None`` when everything still holds, else ``(index, current value)`` of the first change,
 which ``Guard.describe`` turns into the sentence that ``cache_info`` and warnings show.
+
+Most checks read one entry of a dict (a module's ``__dict__``, its parameter and submodule
+tables, an object's attributes, a module's globals). On CPython before 3.12 every dict carries
+a version that changes with each write to it (PEP 509, read with PyTorch's ``dict_version``):
+while the versions of those dicts are the ones seen when every check last held, their checks
+still hold and only the others run (``_full_check`` runs them all, and records the versions,
+whenever one changed). A module tree of a few thousand checks is checked in tens of
+microseconds.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+import gc
 import itertools
 import math
 import sys
@@ -94,6 +103,42 @@ MAX_DEPTH = 32
 MAX_ARRAY_ELEMENTS = 4096
 
 
+def _working_dict_versions():
+    """PyTorch's ``dict_version`` when it reads a version that every write to a dict changes
+    (CPython before 3.12, PEP 509), else None: the guards then run every check on every call."""
+    if sys.version_info >= (3, 12):
+        return None
+    try:
+        from torch._C._dynamo.guards import dict_version
+    except ImportError:  # pragma: no cover - every supported torch has it
+        return None
+
+    class Probe:
+        pass
+
+    probe, table = Probe(), {}
+    try:
+        attributes = vars(probe)
+        seen = [dict_version(table)]
+        table["a"] = 1
+        seen.append(dict_version(table))
+        table["a"] = 2
+        seen.append(dict_version(table))
+        del table["a"]
+        seen.append(dict_version(table))
+        probe.x = 1
+        seen.append(dict_version(attributes))
+        probe.x = 2
+        seen.append(dict_version(attributes))
+        unchanged = dict_version(table) == seen[3] and dict_version(attributes) == seen[5]
+    except Exception:  # noqa: BLE001 - an internal API: without it every check runs
+        return None
+    return dict_version if unchanged and len(set(seen)) == len(seen) else None
+
+
+_dict_version = _working_dict_versions()
+
+
 def is_immutable(value) -> bool:
     """A value compared by equality: numbers, strings, dtypes, enums, tuples of them..."""
     if isinstance(value, _IMMUTABLE_TYPES) or isinstance(value, enum.Enum):
@@ -116,12 +161,34 @@ def _compiled(source: str) -> types.CodeType:
 
 
 class Guard:
-    """A compiled set of checks; ``check()`` is None while every guarded value is unchanged."""
+    """A compiled set of checks; ``check()`` is None while every guarded value is unchanged.
 
-    def __init__(self, checks: list[tuple[str, str]], namespace: dict[str, Any], descriptions: list):
-        lines = ["def check():"]
-        for index, (value, condition) in enumerate(checks):
-            lines += [f"    v = {value}", f"    if not ({condition}): return ({index}, v)"]
+    ``covers`` names, per check, the bound dicts whose unchanged versions imply that the check
+    still holds (empty: the check always runs).
+    """
+
+    def __init__(
+        self,
+        checks: list[tuple[str, str]],
+        namespace: dict[str, Any],
+        descriptions: list,
+        covers: list[tuple[str, ...]] | None = None,
+    ):
+        namespace = dict(namespace)  # its own: the generated functions keep state in it
+        covers = covers if covers is not None and _dict_version is not None else [()] * len(checks)
+        dicts = sorted({name for names in covers for name in names})
+        if dicts:
+            versions = "tuple(_map(_version, _dicts))"
+            namespace.update(
+                _version=_dict_version, _versions=None, _map=map, _dicts=tuple(namespace[name] for name in dicts)
+            )
+            lines = ["def _full_check():", "    global _versions", f"    now = {versions}"]
+            lines += _check_lines(enumerate(checks))
+            lines += ["    _versions = now", "    return None", "def check():"]
+            lines += [f"    if {versions} != _versions: return _full_check()"]
+            lines += _check_lines((i, c) for i, c in enumerate(checks) if not covers[i])
+        else:
+            lines = ["def check():", *_check_lines(enumerate(checks))]
         self.source = "\n".join(lines) + "\n    return None\n"
         self.descriptions = descriptions
         self._checks = checks
@@ -156,6 +223,24 @@ class Guard:
         return f"{what}: {_short(expected)} -> {_short(current)}"
 
 
+def _class_dict(cls: type):
+    """The dict behind ``cls.__dict__`` (a read-only proxy of it), whose version changes with every
+    ``cls.attr = ...``; the proxy itself where it cannot be found."""
+    proxy = cls.__dict__
+    if _dict_version is not None:
+        referents = [r for r in gc.get_referents(proxy) if type(r) is dict]
+        if len(referents) == 1 and referents[0] == proxy:
+            return referents[0]
+    return proxy
+
+
+def _check_lines(checks) -> list[str]:
+    lines = []
+    for index, (value, condition) in checks:
+        lines += [f"    v = {value}", f"    if not ({condition}): return ({index}, v)"]
+    return lines
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -173,6 +258,7 @@ class GuardBuilder:
         self._bound: dict[int, str] = {}
         self._counter = itertools.count()
         self._checks: list[tuple[str, str]] = []
+        self._covers: list[tuple[str, ...]] = []  # per check: the dicts whose versions imply it
         self._emitted: set[tuple[str, str]] = set()
         self._descriptions: list[tuple[str, Any]] = []
         self._walked: set[int] = set()
@@ -199,7 +285,15 @@ class GuardBuilder:
             self._keepalive.append(obj)
         return name
 
-    def _emit(self, value_expr: str, condition: str, what: str, expected, token: tuple | None = None) -> None:
+    def _emit(
+        self,
+        value_expr: str,
+        condition: str,
+        what: str,
+        expected,
+        token: tuple | None = None,
+        covered_by: tuple[str, ...] = (),
+    ) -> None:
         if len(self._descriptions) >= MAX_CHECKS:
             raise TooMuchState(
                 f"the program reaches more than {MAX_CHECKS} Python values (last: {what}); guarding them all "
@@ -210,40 +304,50 @@ class GuardBuilder:
         self._emitted.add((value_expr, condition))
         self._descriptions.append((what, expected))
         self._checks.append((value_expr, condition))
+        self._covers.append(covered_by)
         self.tokens.append(token if token is not None else ("value", what, type(expected), expected))
 
-    def equal(self, expr: str, value, what: str) -> None:
+    # ``covered_by``: the bound dicts that ``expr`` reads and nothing else (see ``Guard``).
+    def equal(self, expr: str, value, what: str, covered_by: tuple[str, ...] = ()) -> None:
         if value is None or type(value) is bool:
-            self._emit(expr, f"v is {value!r}", what, value)
+            self._emit(expr, f"v is {value!r}", what, value, covered_by=covered_by)
             return
         if _holds_float_zero(value):  # 0.0 == -0.0, yet they compute differently (1 / x, signbit)
             self._namespace["_identical"] = identical_values
-            self._emit(expr, f"_identical(v, {self.bind(value, 'k')})", what, value)
+            self._emit(expr, f"_identical(v, {self.bind(value, 'k')})", what, value, covered_by=covered_by)
             return
         type_name = self.bind(type(value), "T")
         if _literal(value):
-            self._emit(expr, f"type(v) is {type_name} and v == {value!r}", what, value)
+            self._emit(expr, f"type(v) is {type_name} and v == {value!r}", what, value, covered_by=covered_by)
             return
         constant = self.bind(value, "k")
-        self._emit(expr, f"v is {constant} or (type(v) is {type_name} and v == {constant})", what, value)
+        condition = f"v is {constant} or (type(v) is {type_name} and v == {constant})"
+        self._emit(expr, condition, what, value, covered_by=covered_by)
 
-    def same_object(self, expr: str, value, what: str) -> None:
+    def same_object(self, expr: str, value, what: str, covered_by: tuple[str, ...] = ()) -> None:
         if value is MISSING:
-            self._emit(expr, "v is MISSING", what, MISSING)
+            self._emit(expr, "v is MISSING", what, MISSING, covered_by=covered_by)
             return
         kind = ("module", what, type(value)) if isinstance(value, nn.Module) else ("is", what, id(value))
-        self._emit(expr, f"v is {self.bind(value)}", what, _describe_object(value), kind)
+        self._emit(expr, f"v is {self.bind(value)}", what, _describe_object(value), kind, covered_by)
 
-    def condition(self, expr: str, condition: str, what: str, expected) -> None:
-        self._emit(expr, condition, what, expected)
+    def condition(self, expr: str, condition: str, what: str, expected, covered_by: tuple[str, ...] = ()) -> None:
+        self._emit(expr, condition, what, expected, covered_by=covered_by)
+
+    def _versioned(self, *tables) -> tuple[str, ...]:
+        """The bound names of ``tables`` when every one is a plain dict (whose version changes
+        with each write to it, order included), else () (the check always runs)."""
+        if not all(type(t) is dict for t in tables):
+            return ()
+        return tuple(self.bind(t, "d") for t in tables)
 
     # Walking values.
-    def value(self, expr: str, value, what: str, depth: int = 0) -> None:
+    def value(self, expr: str, value, what: str, depth: int = 0, covered_by: tuple[str, ...] = ()) -> None:
         """Guard the value found at ``expr`` (source text evaluated on every check)."""
         if is_immutable(value):
-            self.equal(expr, value, what)
+            self.equal(expr, value, what, covered_by)
             return
-        self.same_object(expr, value, what)
+        self.same_object(expr, value, what, covered_by)
         self.contents(value, what, depth)
 
     def contents(self, obj, what: str, depth: int = 0) -> None:
@@ -320,15 +424,16 @@ class GuardBuilder:
         )  # fmt: skip
 
     def _dict_items(self, name: str, d: dict, what: str, depth: int, attributes: bool = False) -> None:
+        covered = (name,) if type(d) is dict else ()
         keys = tuple(d)
         if all(is_immutable(k) for k in keys):
-            self.equal(f"tuple({name})", keys, f"keys of {what}")
+            self.equal(f"tuple({name})", keys, f"keys of {what}", covered)
         else:
-            self.condition(f"len({name})", f"v == {len(d)}", f"len({what})", len(d))
+            self.condition(f"len({name})", f"v == {len(d)}", f"len({what})", len(d), covered)
         for key, item in d.items():
             key_expr = repr(key) if _literal(key) else self.bind(key, "k")
             where = f"{what}.{key}" if attributes else f"{what}[{key!r}]"
-            self.value(f"{name}.get({key_expr}, MISSING)", item, where, depth)
+            self.value(f"{name}.get({key_expr}, MISSING)", item, where, depth, covered)
 
     def _function(self, fn: types.FunctionType, name: str, what: str, depth: int) -> None:
         for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -360,8 +465,9 @@ class GuardBuilder:
         attributes = module.__dict__
         d = self.bind(attributes, "d")
         self.namespaces.append((attributes, what))
+        covered = self._versioned(attributes)
         self.condition(
-            f"len({d})", f"v == {len(attributes)}", f"number of attributes of {what}", len(attributes)
+            f"len({d})", f"v == {len(attributes)}", f"number of attributes of {what}", len(attributes), covered
         )
         tables = [(key, attributes.get(key, {})) for key in ("_parameters", "_buffers", "_modules")]
         names = tuple(tuple(table) for _, table in tables)
@@ -369,18 +475,22 @@ class GuardBuilder:
             "(" + ", ".join(f"tuple({self.bind(table, 'd')})" for _, table in tables) + ")",
             names,
             f"names of {what}'s parameters, buffers and submodules",
+            self._versioned(*(table for _, table in tables)),
         )
         in_root_state = id(module) in self.root_state_modules
         for key, table in tables:
             for attr, item in table.items():
                 if key == "_modules" or item is None or not in_root_state:
                     self.value(
-                        f"{self.bind(table, 'd')}.get({attr!r}, MISSING)", item, f"{what}.{attr}", depth
+                        f"{self.bind(table, 'd')}.get({attr!r}, MISSING)",
+                        item,
+                        f"{what}.{attr}",
+                        depth,
+                        self._versioned(table),
                     )
         empty_hooks = [attributes[k] for k in _MODULE_HOOKS if k in attributes and not attributes[k]]
         if empty_hooks:
-            expr = "(" + " or ".join(self.bind(table, "d") for table in empty_hooks) + ")"
-            self.condition(expr, "not v", f"hooks of {what}", "none")
+            self._no_hooks(empty_hooks, f"hooks of {what}", "none")
         for key, item in attributes.items():
             if key in _MODULE_INTERNALS or key in ("_parameters", "_buffers", "_modules"):
                 continue
@@ -388,8 +498,15 @@ class GuardBuilder:
                 if item:
                     self._dict_items(self.bind(item, "d"), item, f"{what}.{key}", depth)
             elif key != "training" or not in_root_state:  # training of jit(module)'s tree is in the key
-                self.value(f"{d}.get({key!r}, MISSING)", item, f"{what}.{key}", depth)
+                self.value(f"{d}.get({key!r}, MISSING)", item, f"{what}.{key}", depth, covered)
         self._class_attributes(type(module), depth)
+
+    def _no_hooks(self, tables: list, what: str, expected: str) -> None:
+        """Hook tables (``OrderedDict``s) that are empty. Only an insertion, which changes a
+        dict's version, can make one non-empty, whatever its order."""
+        expr = "(" + " or ".join(self.bind(table, "d") for table in tables) + ")"
+        covered = tuple(self.bind(t, "d") for t in tables) if all(isinstance(t, dict) for t in tables) else ()
+        self.condition(expr, "not v", what, expected, covered)
 
     def _class_attributes(self, cls: type, depth: int = 0) -> None:
         """Values and methods of user classes (``Block.scale = 3``, ``Config.table = {...}`` and
@@ -401,15 +518,17 @@ class GuardBuilder:
                 continue
             self._classes_walked.add(id(klass))
             self._keepalive.append(klass)
-            class_dict = self.bind(klass.__dict__, "d")
+            table = _class_dict(klass)
+            class_dict = self.bind(table, "d")
+            covered = self._versioned(table)
             for key, item in vars(klass).items():
                 if key.startswith("__") and key not in ("__call__", "__getattr__"):
                     continue
                 where = f"{klass.__qualname__}.{key}"
                 if isinstance(item, (types.FunctionType, staticmethod, classmethod, property)):
-                    self.same_object(f"{class_dict}.get({key!r}, MISSING)", item, where)
+                    self.same_object(f"{class_dict}.get({key!r}, MISSING)", item, where, covered)
                 elif not isinstance(item, (types.MemberDescriptorType, types.GetSetDescriptorType)):
-                    self.value(f"{class_dict}.get({key!r}, MISSING)", item, where, depth)
+                    self.value(f"{class_dict}.get({key!r}, MISSING)", item, where, depth, covered)
 
     # Roots.
     def globals_of(self, code: types.CodeType, module_globals: dict, global_chains) -> None:
@@ -423,15 +542,18 @@ class GuardBuilder:
             root = chain[0]
             value = module_globals.get(root, MISSING)
             where = f"global {root} (in {module_name})"
-            self.value(f"{g}.get({root!r}, MISSING)", value, where)
+            self.value(f"{g}.get({root!r}, MISSING)", value, where, covered_by=self._versioned(module_globals))
             path = root
             for attr in chain[1:]:
                 if not isinstance(value, types.ModuleType) or value.__name__.split(".")[0] in _STABLE_MODULES:
                     break
-                owner = self.bind(vars(value), "g")
-                value = vars(value).get(attr, MISSING)
+                namespace = vars(value)
+                owner = self.bind(namespace, "g")
+                value = namespace.get(attr, MISSING)
                 path = f"{path}.{attr}"
-                self.value(f"{owner}.get({attr!r}, MISSING)", value, f"global {path} (in {module_name})")
+                where = f"global {path} (in {module_name})"
+                covered = (owner,) if type(namespace) is dict else ()
+                self.value(f"{owner}.get({attr!r}, MISSING)", value, where, covered_by=covered)
 
     def ambient_state(self) -> None:
         """Grad mode, autocast, default dtype and device, TF32/determinism flags, modes, global hooks."""
@@ -464,8 +586,7 @@ class GuardBuilder:
                 self._walked.discard(id(table))
                 self.contents(table, f"torch.nn.modules.module.{key}")
         else:
-            expr = "(" + " or ".join(self.bind(t, "d") for t in tables) + ")"
-            self.condition(expr, "not v", "global module hooks (torch.nn.modules.module)", "none")
+            self._no_hooks(tables, "global module hooks (torch.nn.modules.module)", "none")
 
     def lifted_tensors(self, tensors) -> None:
         """Guard the metadata of real tensors the trace takes as inputs (their data is read live)."""
@@ -496,12 +617,12 @@ class GuardBuilder:
         self.tree_checks = len(self._checks)
 
     def build(self) -> Guard:
-        return Guard(list(self._checks), self._namespace, list(self._descriptions))
+        return Guard(list(self._checks), self._namespace, list(self._descriptions), list(self._covers))
 
     def build_captured_part(self) -> Guard:
         """A guard of only the checks added after the walk of the roots (globals read, lifted tensors)."""
         n = self.tree_checks
-        return Guard(self._checks[n:], dict(self._namespace), self._descriptions[n:])
+        return Guard(self._checks[n:], self._namespace, self._descriptions[n:], self._covers[n:])
 
 
 class CompositeGuard:

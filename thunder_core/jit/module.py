@@ -250,6 +250,17 @@ def jit_method(method, arguments: dict, copying: bool = False) -> ThunderFunctio
     )
 
 
+def _global_module_hooks() -> bool:
+    """Whether PyTorch's global module hooks are registered (they run on every module's call)."""
+    hooks = nn.modules.module
+    return bool(
+        hooks._global_forward_pre_hooks
+        or hooks._global_forward_hooks
+        or hooks._global_backward_pre_hooks
+        or hooks._global_backward_hooks
+    )
+
+
 class ThunderModule(nn.Module):
     """The module returned by ``thunder_core.jit(module)``.
 
@@ -330,6 +341,56 @@ class ThunderModule(nn.Module):
 
     def _call_original(self, *args, **kwargs):
         return self._model(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        """Hooks registered on this jitted module run around the call. PyTorch's global module
+        hooks (``register_module_forward_hook``, ``ModuleTracker``) run once per module, as
+        without jit: on the original module, inside the program, not on this wrapper too."""
+        if not _global_module_hooks():
+            return super().__call__(*args, **kwargs)
+        if self._backward_hooks or self._backward_pre_hooks:
+            raise ThunderCoreError(
+                "thunder_core.jit: a backward hook registered on the jitted module does not run together with "
+                "PyTorch's global module hooks; register it on the original module before jitting it instead"
+            )
+        return self._call_with_own_forward_hooks(args, kwargs)
+
+    def _call_with_own_forward_hooks(self, args: tuple, kwargs: dict):
+        """``nn.Module.__call__`` with only this module's forward hooks, in PyTorch's order."""
+        for hook_id, hook in self._forward_pre_hooks.items():
+            if hook_id in self._forward_pre_hooks_with_kwargs:
+                changed = hook(self, args, kwargs)
+                if changed is not None:
+                    if not (isinstance(changed, tuple) and len(changed) == 2):
+                        raise RuntimeError(
+                            f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but got {changed}."
+                        )
+                    args, kwargs = changed
+            else:
+                changed = hook(self, args)
+                if changed is not None:
+                    args = changed if isinstance(changed, tuple) else (changed,)
+        try:
+            result = self.forward(*args, **kwargs)
+        except Exception:
+            for hook_id, hook in self._forward_hooks.items():
+                if hook_id in self._forward_hooks_always_called:
+                    try:
+                        if hook_id in self._forward_hooks_with_kwargs:
+                            hook(self, args, kwargs, None)
+                        else:
+                            hook(self, args, None)
+                    except Exception:  # noqa: BLE001 - the forward's own error is the one to raise
+                        pass
+            raise
+        for hook_id, hook in self._forward_hooks.items():
+            if hook_id in self._forward_hooks_with_kwargs:
+                changed = hook(self, args, kwargs, result)
+            else:
+                changed = hook(self, args, result)
+            if changed is not None:
+                result = changed
+        return result
 
     def forward(self, *args, **kwargs):
         if self._lazy:
