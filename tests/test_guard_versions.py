@@ -134,7 +134,9 @@ def test_an_equal_value_written_again_keeps_the_entry():
     assert thunder_core.cache_info(jnet).entries == 1
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="dict versions (PEP 509) are read before CPython 3.12")
+@pytest.mark.skipif(
+    sys.version_info >= (3, 12), reason="dict versions (PEP 509) are read before CPython 3.12"
+)
 def test_the_short_path_runs_only_the_checks_no_version_covers():
     builder = guards.GuardBuilder()
     net = Net()

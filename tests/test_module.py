@@ -112,4 +112,3 @@ def test_global_module_hooks_run_once_per_module_as_in_eager():
         own.remove()
     assert calls == ["ThunderModule", "ThunderModule"]
     torch.testing.assert_close(jmodel(x), model(x))
-

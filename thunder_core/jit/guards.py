@@ -180,7 +180,10 @@ class Guard:
         if dicts:
             versions = "tuple(_map(_version, _dicts))"
             namespace.update(
-                _version=_dict_version, _versions=None, _map=map, _dicts=tuple(namespace[name] for name in dicts)
+                _version=_dict_version,
+                _versions=None,
+                _map=map,
+                _dicts=tuple(namespace[name] for name in dicts),
             )
             lines = ["def _full_check():", "    global _versions", f"    now = {versions}"]
             lines += _check_lines(enumerate(checks))
@@ -331,7 +334,9 @@ class GuardBuilder:
         kind = ("module", what, type(value)) if isinstance(value, nn.Module) else ("is", what, id(value))
         self._emit(expr, f"v is {self.bind(value)}", what, _describe_object(value), kind, covered_by)
 
-    def condition(self, expr: str, condition: str, what: str, expected, covered_by: tuple[str, ...] = ()) -> None:
+    def condition(
+        self, expr: str, condition: str, what: str, expected, covered_by: tuple[str, ...] = ()
+    ) -> None:
         self._emit(expr, condition, what, expected, covered_by=covered_by)
 
     def _versioned(self, *tables) -> tuple[str, ...]:
@@ -467,7 +472,11 @@ class GuardBuilder:
         self.namespaces.append((attributes, what))
         covered = self._versioned(attributes)
         self.condition(
-            f"len({d})", f"v == {len(attributes)}", f"number of attributes of {what}", len(attributes), covered
+            f"len({d})",
+            f"v == {len(attributes)}",
+            f"number of attributes of {what}",
+            len(attributes),
+            covered,
         )
         tables = [(key, attributes.get(key, {})) for key in ("_parameters", "_buffers", "_modules")]
         names = tuple(tuple(table) for _, table in tables)
@@ -542,7 +551,9 @@ class GuardBuilder:
             root = chain[0]
             value = module_globals.get(root, MISSING)
             where = f"global {root} (in {module_name})"
-            self.value(f"{g}.get({root!r}, MISSING)", value, where, covered_by=self._versioned(module_globals))
+            self.value(
+                f"{g}.get({root!r}, MISSING)", value, where, covered_by=self._versioned(module_globals)
+            )
             path = root
             for attr in chain[1:]:
                 if not isinstance(value, types.ModuleType) or value.__name__.split(".")[0] in _STABLE_MODULES:
