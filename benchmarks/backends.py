@@ -11,6 +11,8 @@ thunder_core[inductor+numba]/checkpoint    # with plugins
 thunder_core/select=priority               # the claim order decides, without measuring
 thunder_core/dynamic=true                  # every size symbolic from the first call
 thunder_core/background=always             # compile_in_background="always" (or never)
+torch.compile/dynamic=true                 # torch.compile(dynamic=True), with any of the above
+torch.compile(backend=thunder_core)/background=always   # options={"compile_in_background": ...}
 """
 
 from __future__ import annotations
@@ -57,16 +59,38 @@ def thunder_core_arguments(spec: str) -> dict:
     return {"executors": executors, "options": options or None, "plugins": plugins or None, **settings}
 
 
+def torch_compile_arguments(spec: str) -> dict:
+    """``torch.compile`` keyword arguments for a ``torch.compile...`` spec."""
+    head, _, tail = spec.partition("/")
+    inside = head.removeprefix("torch.compile")
+    arguments: dict = {}
+    if inside == "(backend=thunder_core)":
+        arguments["backend"] = "thunder_core"
+    elif inside:
+        if not (inside.startswith("(") and inside.endswith(")")):
+            raise ValueError(f"not a torch.compile backend: {spec!r}")
+        arguments["mode"] = inside[1:-1]
+    for item in filter(None, tail.split("+")):
+        key, _, value = item.partition("=")
+        if key == "dynamic":
+            arguments["dynamic"] = _value(value)
+        elif key == "background" and arguments.get("backend") == "thunder_core":
+            arguments["options"] = {"compile_in_background": value}
+        else:
+            raise ValueError(
+                f"{item!r} is not a setting of {head!r} (dynamic=..., or background=... with thunder_core)"
+            )
+    return arguments
+
+
 def wrap_forward(model, spec: str) -> None:
     """Compile ``model.forward`` in place, the way Hugging Face documents it for ``generate``."""
     import torch
 
     if spec == "eager":
         return
-    if spec == "torch.compile":
-        model.forward = torch.compile(model.forward)
-    elif spec == "torch.compile(backend=thunder_core)":
-        model.forward = torch.compile(model.forward, backend="thunder_core")
+    if spec.startswith("torch.compile"):
+        model.forward = torch.compile(model.forward, **torch_compile_arguments(spec))
     else:
         import thunder_core
 
@@ -79,12 +103,8 @@ def wrap(model, spec: str):
 
     if spec == "eager":
         return model
-    if spec == "torch.compile":
-        return torch.compile(model)
-    if spec == "torch.compile(backend=thunder_core)":
-        return torch.compile(model, backend="thunder_core")
-    if spec.startswith("torch.compile(") and spec.endswith(")"):
-        return torch.compile(model, mode=spec[len("torch.compile(") : -1])
+    if spec.startswith("torch.compile"):
+        return torch.compile(model, **torch_compile_arguments(spec))
     import thunder_core
 
     return thunder_core.jit(model, **thunder_core_arguments(spec))

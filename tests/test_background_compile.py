@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -171,8 +172,85 @@ def test_the_setting_comes_from_the_api_the_environment_or_the_config_file(monke
         resolve(compile_in_background="later")
 
 
+class TracingRegions(GatedRegions):
+    """Traces each region with FX (as Inductor does) and holds the trace open until ``gate`` is set."""
+
+    def __init__(self):
+        super().__init__("tracing")
+        self.tracing = threading.Event()
+
+    def compile_region(self, region):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        fn = region.as_trace("region").python_callable()
+
+        def held(*args):
+            self.tracing.set()
+            assert self.gate.wait(timeout=60)
+            return fn(*args)
+
+        make_fx(held)(*(torch.empty(p.shape, dtype=p.dtype) for p in region.inputs))
+        self.compiled_on.append(threading.current_thread().name)
+        return super().compile_region(region)
+
+
+def test_a_function_compiled_by_dynamo_runs_while_a_compile_traces_with_fx_in_the_background():
+    """PyTorch's FX tracing flag is one for the process, and Dynamo refuses to run a compiled
+    function while it is set: during a compile in the background, such a function runs as it
+    is, and compiled again once the compile is done."""
+    import torch._dynamo
+
+    executor = TracingRegions()
+    x = torch.randn(4, 3)
+    program = _claimed(executor, x).python_callable()
+    torch.testing.assert_close(program(x), f(x))
+    assert executor.tracing.wait(timeout=60)
+    assert torch.fx._symbolic_trace.is_fx_tracing()  # the worker is inside its trace now
+    frames_before = torch._dynamo.utils.counters["frames"]["ok"]
+
+    def g(y):
+        return torch.cos(y) * 3
+
+    y = torch.randn(5)
+    torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
+    executor.gate.set()
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert torch._dynamo.config.error_on_nested_fx_trace  # Dynamo's setting is back
+    torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
+    assert torch._dynamo.utils.counters["frames"]["ok"] > frames_before  # compiled by Dynamo after
+    torch.testing.assert_close(program(x), f(x))
+    assert executor.calls == 1 and executor.compiled_on[0] == "thunder-core-compile"
+
+
+def test_a_compile_on_the_calling_thread_goes_before_the_next_compile_in_the_background():
+    """A thread that compiles now waits for its program; the worker's next compile waits for it."""
+    order = []
+    first, second = GatedRegions("first"), GatedRegions("second")
+    second.gate.set()
+    second.compile_region = lambda region, run=second.compile_region: (
+        order.append("background"),
+        run(region),
+    )[1]
+    _claimed(first, torch.randn(4, 3)).python_callable()(torch.randn(4, 3))  # held on the worker
+    _claimed(second, torch.randn(2, 3)).python_callable()(torch.randn(2, 3))  # queued behind it
+
+    def compile_now():
+        with background.COMPILE_LOCK:
+            order.append("foreground")
+
+    foreground = threading.Thread(target=compile_now)
+    foreground.start()
+    deadline = time.monotonic() + 60
+    while background.COMPILE_LOCK._waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    first.gate.set()
+    foreground.join(timeout=60)
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert order == ["foreground", "background"]
+
+
 def test_once_dynamo_is_in_use_a_region_is_compiled_on_the_thread_that_calls_it(monkeypatch):
-    """A Dynamo-compiled function refuses to run while another thread traces with FX (PyTorch's
+    """No compile of ours traces with FX beside a Dynamo compile on another thread (PyTorch's
     tracing state is process-wide): the compile happens at the region's first call instead."""
     monkeypatch.setattr(background, "dynamo_in_use", lambda: True)
     executor = GatedRegions()

@@ -219,6 +219,47 @@ def test_a_size_read_from_a_tensor_that_a_later_in_place_view_changes_is_checked
     torch._dynamo.reset()
 
 
+class _Norm(torch.nn.Module):
+    def __init__(self, width: int, eps: float):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(width) + 0.5)
+        self.eps = eps  # a float attribute: with dynamic=True Dynamo passes it as a 0-d tensor
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x * 2.5
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self, *layers):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_float_attributes_dynamo_passes_as_tensors_are_read_as_numbers_not_split_off():
+    # Dynamo with dynamic=True reads each float attribute with .item() inside its graph; split at
+    # every read, a model became a part per layer, and sizes crossing the parts as ints compiled
+    # some parts once per size.
+    model = _Stack(_Norm(16, 1e-6), torch.nn.Linear(16, 16), _Norm(16, 1e-5))
+    torch._dynamo.reset()
+    opt = torch.compile(model, backend="thunder_core", dynamic=True)
+    for length in (3, 5, 9, 12, 20):
+        x = torch.randn(2, length, 16)
+        torch.testing.assert_close(opt(x), model(x))
+    report = str(thunder_core.explain(opt))
+    assert "split:" not in report and "item" not in report, report
+    assert sum(_thunder_compiles(opt)) <= 2, _thunder_compiles(opt)
+    model.layers[0].eps = 0.5  # Dynamo passes the new value: the part is keyed on it
+    x = torch.randn(2, 7, 16)
+    torch.testing.assert_close(opt(x), model(x))
+    torch._dynamo.reset()
+
+
 def test_a_size_that_is_a_dimension_plus_a_constant_is_read_from_that_dimension():
     # A mask one longer than the cache: Dynamo's symbol s is the cache's length, the mask's is s + 1.
     def fn(cache, mask):

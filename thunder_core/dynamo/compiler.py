@@ -293,6 +293,51 @@ def _sizes_read_from_tensors(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict[i
     return sized, readings
 
 
+def _numbers_read_from_inputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[int]]:
+    """``gm`` taking a Python number where Dynamo passes a 0-d tensor that its graph only reads with
+    ``.item()``, and the positions of those inputs.
+
+    With dynamic shapes Dynamo passes a float attribute of a module (an epsilon, a scaling
+    factor) as a 0-d tensor and reads it with ``.item()`` in the graph; ``.item()`` has no
+    thunder_core symbol, and splitting the graph at every such read would cut a model into a
+    part per layer. The caller reads the number (``_ReadingNumbers``) and the part takes it as
+    a Python number, as if Dynamo had specialized it. A copy of the graph is changed.
+    """
+    positions = []
+    for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        users = list(node.users)
+        if (
+            isinstance(value, torch.Tensor)
+            and value.dim() == 0
+            and users
+            and all(u.op == "call_method" and u.target == "item" and len(u.args) == 1 for u in users)
+        ):
+            positions.append(position)
+    if not positions:
+        return gm, []
+    read = fx.GraphModule(gm, copy.deepcopy(gm.graph))  # shares gm's parameters and buffers
+    placeholders = list(read.graph.find_nodes(op="placeholder"))
+    for position in positions:
+        node = placeholders[position]
+        for item in list(node.users):
+            node.meta["example_value"] = item.meta.get("example_value", item.meta.get("val"))
+            item.replace_all_uses_with(node)
+            read.graph.erase_node(item)
+    read.recompile()
+    return read, positions
+
+
+class _ReadingNumbers:
+    """Calls ``compiled`` with the inputs at ``positions`` (0-d tensors) read as Python numbers."""
+
+    def __init__(self, compiled, positions: list[int]):
+        self.compiled, self.positions = compiled, frozenset(positions)
+
+    def __call__(self, *args):
+        return self.compiled(*(a.item() if i in self.positions else a for i, a in enumerate(args)))
+
+
 class _SizeExpression(torch.nn.Module):
     """Computes a sympy size expression (``s0 + 1``) from the values of its symbols."""
 
@@ -399,6 +444,11 @@ class ThunderCompiler:
             )
 
     def __call__(self, gm: fx.GraphModule, example_inputs, **kwargs):
+        gm, numbers = _numbers_read_from_inputs(gm)
+        compiled = self._compile_graph(gm, example_inputs)
+        return _ReadingNumbers(compiled, numbers) if numbers else compiled
+
+    def _compile_graph(self, gm: fx.GraphModule, example_inputs):
         owner = _owner_of_compile()
         report = _report_for_owner(owner) if owner is not None else CompileReport()
         code, ended_by, graph_break, location = _dynamo_context()

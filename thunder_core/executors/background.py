@@ -10,13 +10,24 @@ or ``"always"`` (the first program of a function too).
 
 Only executors that declare ``compiles_in_background = True`` are compiled this way, only for
 regions without effects (an in-place update, a random draw), and never in strict mode (a
-failure must reach the caller) or once Dynamo is in use in the process (``dynamo_in_use``:
-PyTorch's FX tracing state is process-wide, and a Dynamo-compiled function refuses to run while
-another thread traces; the torch.compile front end never compiles in the background). A
-compile starts at the region's first call, after the program and its guards are complete. Compiles of such executors run one at a time, on either thread,
-under ``COMPILE_LOCK``. A region with symbolic sizes keeps its torch operations if its compile
-assumed anything new about the sizes (a guard, a replacement or a divisibility fact added to the
-trace's ``ShapeEnv``): the program's size guards were taken before and would not check it.
+failure must reach the caller), and not once Dynamo is in use in the process (``dynamo_in_use``:
+then a region compiles at its first call, on the calling thread, and the torch.compile front end
+never compiles in the background). A compile starts at the region's first call, after the
+program and its guards are complete. Compiles of such executors run one at a time, on either thread,
+under ``COMPILE_LOCK``; a thread that compiles now (a region with effects, a program compiled in
+the foreground) goes before the worker's next compile. A region with symbolic sizes keeps its
+torch operations if its compile assumed anything new about the sizes (a guard, a replacement or
+a divisibility fact added to the trace's ``ShapeEnv``): the program's size guards were taken
+before and would not check it.
+
+PyTorch's FX tracing state is one flag for the whole process, and a function compiled by Dynamo
+(``torch.compile``) refuses to run while it is set, as if it were being traced. A compile in the
+background traces with FX (``make_fx``, Inductor's pattern passes), so a program that starts
+using ``torch.compile`` while one runs would see that refusal: during each compile on the worker
+Dynamo is told not to refuse (``torch._dynamo.config.error_on_nested_fx_trace = False``), so a
+Dynamo-compiled function called meanwhile runs its Python as it is, with eager PyTorch, and its
+compiled code once the compile is done; and the worker holds Dynamo's compile lock, so a Dynamo
+compile on another thread waits for it instead of running beside it.
 
 ``wait_for_compiles()`` returns once every compile handed to the worker has finished.
 """
@@ -25,8 +36,10 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import importlib
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,8 +52,61 @@ _in_background: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "thunder_core_compile_in_background", default=False
 )
 
+
+class _CompileLock:
+    """A re-entrant lock that the compile worker takes only while no other thread waits for it.
+
+    A thread that compiles now is waiting for its program; the worker's compiles are for
+    programs that already run. Used as ``with COMPILE_LOCK:``.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._owner: int | None = None  # the thread holding it, and how many times
+        self._depth = 0
+        self._waiting = 0  # threads other than the worker waiting for it
+        self._condition = threading.Condition()
+
+    def acquire(self, blocking: bool = True) -> bool:
+        me = threading.get_ident()
+        if self._owner == me:
+            self._depth += 1
+            return True
+        if not blocking:
+            acquired = self._lock.acquire(blocking=False)
+        elif threading.current_thread() is _worker.thread:
+            with self._condition:
+                self._condition.wait_for(lambda: self._waiting == 0)
+            acquired = self._lock.acquire()
+        else:
+            with self._condition:
+                self._waiting += 1
+            try:
+                acquired = self._lock.acquire()
+            finally:
+                with self._condition:
+                    self._waiting -= 1
+                    self._condition.notify_all()
+        if acquired:
+            self._owner, self._depth = me, 1
+        return acquired
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
+
+    def __enter__(self) -> _CompileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
 #: Held around every compile of an executor that compiles in the background, on either thread.
-COMPILE_LOCK = threading.RLock()
+COMPILE_LOCK = _CompileLock()
 
 
 @contextmanager
@@ -69,7 +135,7 @@ class _Worker:
         self._jobs: deque[Callable[[], None]] = deque()
         self._condition = threading.Condition()
         self._busy = False
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None
         self._closing = False
 
     def submit(self, job: Callable[[], None]) -> None:
@@ -77,9 +143,9 @@ class _Worker:
             if self._closing:
                 return
             self._jobs.append(job)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="thunder-core-compile", daemon=True)
-                self._thread.start()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="thunder-core-compile", daemon=True)
+                self.thread.start()
             self._condition.notify_all()
 
     def _run(self) -> None:
@@ -123,10 +189,55 @@ def wait_for_compiles(timeout: float | None = None) -> bool:
 
 def dynamo_in_use() -> bool:
     """Whether Dynamo has compiled a frame in this process. PyTorch's FX tracing state is
-    process-wide, and a Dynamo-compiled function refuses to run while any thread traces with FX
-    (as a compile does): from then on, regions are compiled on the thread that calls them."""
+    process-wide: from then on, regions are compiled on the thread that calls them, so that no
+    compile of ours traces while a Dynamo compile on another thread does."""
     utils = sys.modules.get("torch._dynamo.utils")
     return utils is not None and utils.counters["frames"].get("total", 0) > 0
+
+
+class _BesideDynamo:
+    """What a compile on the worker holds so that Dynamo, on other threads, runs beside it.
+
+    Entered once per compile, on the worker (Dynamo was imported on the thread that handed the
+    compile over): Dynamo's refusal to run a compiled function during an FX trace is turned off
+    for every thread that has not set it itself until the compile ends, and Dynamo's compile lock
+    is taken. That lock is only tried while ``COMPILE_LOCK`` is held, and both are let go while a
+    Dynamo compile holds it, so neither order of taking them can deadlock.
+    """
+
+    def __enter__(self) -> None:
+        from torch._dynamo.convert_frame import compile_lock
+
+        while True:
+            COMPILE_LOCK.acquire()
+            if compile_lock.acquire(blocking=False):
+                break
+            COMPILE_LOCK.release()
+            time.sleep(0.005)  # a Dynamo compile on another thread: after it
+        self._dynamo_lock = compile_lock
+        self._refusal = _set_dynamo_refusal(False)
+
+    def __exit__(self, *exc_info) -> None:
+        _set_dynamo_refusal(self._refusal)
+        self._dynamo_lock.release()
+        COMPILE_LOCK.release()
+
+
+def _set_dynamo_refusal(value: bool) -> bool:
+    """Set ``torch._dynamo.config.error_on_nested_fx_trace`` for the whole process; the value it had.
+
+    PyTorch keeps config values per thread (in context variables) in recent releases: there
+    the setting's default is changed, which every thread that did not set it reads.
+    """
+    from torch._dynamo import config
+
+    entry = getattr(config, "_config", {}).get("error_on_nested_fx_trace")
+    if entry is not None and hasattr(entry, "default"):
+        before, entry.default = entry.default, value
+        return before
+    before = config.error_on_nested_fx_trace
+    config.error_on_nested_fx_trace = value
+    return before
 
 
 def _shape_env_of(inputs) -> object | None:
@@ -183,6 +294,7 @@ class BackgroundCompile:
             if dynamo_in_use():  # compiled here, now: see _compile_on_worker
                 self._compile()
                 return self(*args)
+            importlib.import_module("torch._dynamo")  # here, not on the worker (Inductor has imported it)
             _worker.submit(self._compile_on_worker)
         elif self.state == "compiled":
             return self._first_compiled_call(args)
@@ -201,7 +313,12 @@ class BackgroundCompile:
         if dynamo_in_use():  # left to the next call, on the caller's thread
             self.state = "not started"
             return
-        self._compile()
+        try:
+            with _BesideDynamo():
+                self._compile()
+        except BaseException as error:  # noqa: BLE001 - Dynamo could not be set up: the torch operations stay
+            if not self.done():
+                self._keep_torch(f"the compile could not start: {type(error).__name__}: {error}")
 
     def _compile(self) -> None:
         try:
