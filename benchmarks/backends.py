@@ -11,8 +11,7 @@ thunder_core[inductor+numba]/checkpoint    # with plugins
 thunder_core/select=priority               # the claim order decides, without measuring
 thunder_core/dynamic=true                  # every size symbolic from the first call
 thunder_core/background=always             # compile_in_background="always" (or never)
-torch.compile/dynamic=true                 # torch.compile(dynamic=True), with any of the above
-torch.compile(backend=thunder_core)/background=always   # options={"compile_in_background": ...}
+torch.compile/dynamic=true                 # torch.compile(dynamic=True); also with a backend or mode
 """
 
 from __future__ import annotations
