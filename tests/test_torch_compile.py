@@ -199,6 +199,23 @@ def test_sizes_dynamo_passes_as_ints_are_read_from_the_tensors_and_compile_once_
     torch._dynamo.reset()
 
 
+def test_with_dynamic_true_a_part_is_symbolic_where_dynamo_is_and_new_sizes_compile_nothing():
+    def fn(x, mask):
+        return (x * 2).softmax(-1) * mask.float() + x.shape[1]
+
+    torch._dynamo.reset()
+    opt = torch.compile(fn, backend="thunder_core", dynamic=True)
+    for length in (8, 13, 21, 34):
+        x, mask = torch.randn(2, length), torch.rand(2, length) > 0.5
+        torch.testing.assert_close(opt(x, mask), fn(x, mask))
+    assert _thunder_compiles(opt) == [1]
+    from thunder_core.inspection import compile_report
+
+    (part,) = [part for _, _, part in compile_report(opt).thunder_parts()]
+    assert "symbolic sizes" in thunder_core.cache_info(part).reasons[0]
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_a_size_read_from_a_tensor_that_a_later_in_place_view_changes_is_checked(dynamic):
     # Dynamo's example value of y shows its sizes after y.t_(): the part would read y.shape[0]

@@ -27,6 +27,7 @@ from torch import fx
 from thunder_core.dynamo.split import Partition, partition
 from thunder_core.errors import CaptureError, DataDependentError
 from thunder_core.ir.symbolic import solve_linear
+from thunder_core.jit.dynamic import ArgumentDims
 from thunder_core.jit.module import ThunderModule
 from thunder_core.ops.registry import draws_random_numbers
 from thunder_core.plugins.config import resolve
@@ -486,7 +487,27 @@ class ThunderCompiler:
 
     def _module(self, gm: fx.GraphModule) -> ThunderModule:
         # Dynamo guards the Python state; the FX graph itself holds none, so no guards of our own.
-        return ThunderModule(gm, recompile_limit=self.recompile_limit, job=self.job, cache="same input")
+        return ThunderModule(
+            gm,
+            recompile_limit=self.recompile_limit,
+            job=self.job,
+            cache="same input",
+            dynamic=_symbolic_dims(gm),
+        )
+
+
+def _symbolic_dims(gm: fx.GraphModule) -> ArgumentDims | None:
+    """The dimensions of ``gm``'s tensor inputs that Dynamo made symbolic, by input position: the
+    part's first compile makes them symbolic too, so a size Dynamo lets through compiles nothing
+    more (None when Dynamo fixed every size: the part's own automatic dynamic shapes apply)."""
+    dims = ArgumentDims()
+    for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, torch.Tensor):
+            symbolic = frozenset(d for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt))
+            if symbolic:
+                dims[position] = symbolic
+    return dims or None
 
 
 class _AsModule(torch.nn.Module):

@@ -5,7 +5,9 @@ differs from a compiled one only in sizes, it compiles once more with exactly th
 that changed symbolic (as torch.compile's automatic dynamic shapes do), and that entry serves
 every later size its guards accept. ``dynamic=True`` makes every dimension of the arguments'
 tensors symbolic from the first call; ``dynamic=False`` keeps every size fixed. A module's
-parameters and buffers keep fixed sizes.
+parameters and buffers keep fixed sizes. ``ArgumentDims`` names the dimensions to make symbolic
+from the first call, by argument position (the torch.compile front end passes those Dynamo made
+symbolic); later size changes are handled as with ``None``.
 
 Cache keys (``cache_key``) hold each tensor's shape (a ``torch.Size``) followed by its strides;
 a symbolic entry is found again by comparing a call's key with the key it was compiled for,
@@ -20,8 +22,18 @@ import torch
 DYNAMIC_MODES = (None, True, False)
 
 
+class ArgumentDims(dict):
+    """``{argument position: dims}``: the dimensions of those tensor arguments that the first
+    compile makes symbolic; later compiles are automatic, as with ``dynamic=None``."""
+
+    def by_tensor(self, leaves, arguments: int) -> dict[int, frozenset[int]]:
+        """The same dims keyed by tensor index among ``leaves`` (as compiles key them)."""
+        tensors = {p: i for i, p in enumerate(_tensor_positions(leaves))}
+        return {tensors[p]: frozenset(ds) for p, ds in self.items() if p in tensors and p < arguments and ds}
+
+
 def check_dynamic(dynamic) -> None:
-    if dynamic not in DYNAMIC_MODES:
+    if dynamic not in DYNAMIC_MODES and not isinstance(dynamic, ArgumentDims):
         raise ValueError(f"thunder_core.jit: dynamic={dynamic!r} must be None (automatic), True or False")
 
 

@@ -18,7 +18,15 @@ from thunder_core.executors.background import compiling_in_background, wants_bac
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
-from thunder_core.jit.dynamic import by_position, changed_dims, check_dynamic, describe_dims, every_dim, fits
+from thunder_core.jit.dynamic import (
+    ArgumentDims,
+    by_position,
+    changed_dims,
+    check_dynamic,
+    describe_dims,
+    every_dim,
+    fits,
+)
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.pipeline import Compiled, compile_function
 from thunder_core.progress import compiling
@@ -344,6 +352,8 @@ class ThunderFunction:
         tensors = [x for x in leaves if isinstance(x, Tensor)]
         if self._dynamic is True:
             return self._worth_trying(every_dim(leaves, arguments), tensors)
+        if isinstance(self._dynamic, ArgumentDims) and not self._entries:
+            return self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors)
         in_arguments = {
             i for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, Tensor)) if p < arguments
         }
