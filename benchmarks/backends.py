@@ -71,14 +71,9 @@ def torch_compile_arguments(spec: str) -> dict:
         arguments["mode"] = inside[1:-1]
     for item in filter(None, tail.split("+")):
         key, _, value = item.partition("=")
-        if key == "dynamic":
-            arguments["dynamic"] = _value(value)
-        elif key == "background" and arguments.get("backend") == "thunder_core":
-            arguments["options"] = {"compile_in_background": value}
-        else:
-            raise ValueError(
-                f"{item!r} is not a setting of {head!r} (dynamic=..., or background=... with thunder_core)"
-            )
+        if key != "dynamic":
+            raise ValueError(f"{item!r} is not a setting of {head!r} (only dynamic=...)")
+        arguments["dynamic"] = _value(value)
     return arguments
 
 

@@ -212,8 +212,10 @@ def test_a_function_compiled_by_dynamo_runs_while_a_compile_traces_with_fx_in_th
         return torch.cos(y) * 3
 
     y = torch.randn(5)
-    torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
-    executor.gate.set()
+    try:
+        torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
+    finally:
+        executor.gate.set()
     assert thunder_core.wait_for_compiles(timeout=60)
     assert torch._dynamo.config.error_on_nested_fx_trace  # Dynamo's setting is back
     torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
@@ -233,6 +235,10 @@ def test_a_compile_on_the_calling_thread_goes_before_the_next_compile_in_the_bac
     )[1]
     _claimed(first, torch.randn(4, 3)).python_callable()(torch.randn(4, 3))  # held on the worker
     _claimed(second, torch.randn(2, 3)).python_callable()(torch.randn(2, 3))  # queued behind it
+    deadline = time.monotonic() + 60
+    while background.COMPILE_LOCK._owner != background._worker.thread.ident:
+        assert time.monotonic() < deadline, "the worker never took the lock"
+        time.sleep(0.001)
 
     def compile_now():
         with background.COMPILE_LOCK:
@@ -240,8 +246,8 @@ def test_a_compile_on_the_calling_thread_goes_before_the_next_compile_in_the_bac
 
     foreground = threading.Thread(target=compile_now)
     foreground.start()
-    deadline = time.monotonic() + 60
-    while background.COMPILE_LOCK._waiting == 0 and time.monotonic() < deadline:
+    while background.COMPILE_LOCK._waiting == 0:
+        assert time.monotonic() < deadline and foreground.is_alive(), "the foreground thread never waited"
         time.sleep(0.001)
     first.gate.set()
     foreground.join(timeout=60)

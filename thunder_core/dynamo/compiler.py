@@ -302,14 +302,18 @@ def _numbers_read_from_inputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[
     factor) as a 0-d tensor and reads it with ``.item()`` in the graph; ``.item()`` has no
     thunder_core symbol, and splitting the graph at every such read would cut a model into a
     part per layer. The caller reads the number (``_ReadingNumbers``) and the part takes it as
-    a Python number, as if Dynamo had specialized it. A copy of the graph is changed.
+    a Python number, part of its cache key: a value that changes from call to call compiles
+    the part again (up to its recompile limit). Only inputs Dynamo itself wrapped as tensors
+    (``GraphArg.pass_arg_as_tensor``) are read so. A copy of the graph is changed.
     """
     positions = []
     for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
         value = node.meta.get("example_value", node.meta.get("val"))
         users = list(node.users)
+        wrapped = getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False)  # Dynamo's, not the user's
         if (
-            isinstance(value, torch.Tensor)
+            wrapped
+            and isinstance(value, torch.Tensor)
             and value.dim() == 0
             and users
             and all(u.op == "call_method" and u.target == "item" and len(u.args) == 1 for u in users)
@@ -321,8 +325,9 @@ def _numbers_read_from_inputs(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[
     placeholders = list(read.graph.find_nodes(op="placeholder"))
     for position in positions:
         node = placeholders[position]
+        number = next(iter(node.users)).meta.get("example_value")
+        node.meta = {"example_value": number} if number is not None else {}
         for item in list(node.users):
-            node.meta["example_value"] = item.meta.get("example_value", item.meta.get("val"))
             item.replace_all_uses_with(node)
             read.graph.erase_node(item)
     read.recompile()
@@ -432,8 +437,8 @@ class ThunderCompiler:
             disable=options.get("disable"),
             select=options.get("select"),
         )
-        # Parts run inside Dynamo's frames: a compile in the background would trace with FX while
-        # Dynamo runs, and PyTorch's FX tracing state is process-wide (Dynamo refuses the call).
+        # Parts run inside Dynamo's frames, and no compile of ours traces with FX on another thread
+        # once Dynamo is in use (``thunder_core.executors.background``): compiles happen here.
         config.compile_in_background = "never"
         self.job = build_job(config)
         if self.job.module_transforms:
@@ -483,16 +488,15 @@ class ThunderCompiler:
 
     def _thunder_part(self, gm: fx.GraphModule, record: GraphRecord, name: str) -> _ThunderPart:
         sized, readings = _sizes_read_from_tensors(gm)
-        return _ThunderPart(self._module(sized), gm, record, name, readings, lambda: self._module(gm))
+        # Taken as ints when a size read from a tensor disagrees with Dynamo's: its example values
+        # are not to be trusted there, nor the symbolic dims read from them.
+        unsized = lambda: self._module(gm, dynamic=None)  # noqa: E731
+        return _ThunderPart(self._module(sized, _symbolic_dims(sized)), gm, record, name, readings, unsized)
 
-    def _module(self, gm: fx.GraphModule) -> ThunderModule:
+    def _module(self, gm: fx.GraphModule, dynamic: ArgumentDims | None) -> ThunderModule:
         # Dynamo guards the Python state; the FX graph itself holds none, so no guards of our own.
         return ThunderModule(
-            gm,
-            recompile_limit=self.recompile_limit,
-            job=self.job,
-            cache="same input",
-            dynamic=_symbolic_dims(gm),
+            gm, recompile_limit=self.recompile_limit, job=self.job, cache="same input", dynamic=dynamic
         )
 
 

@@ -14,8 +14,8 @@ failure must reach the caller), and not once Dynamo is in use in the process (``
 then a region compiles at its first call, on the calling thread, and the torch.compile front end
 never compiles in the background). A compile starts at the region's first call, after the
 program and its guards are complete. Compiles of such executors run one at a time, on either thread,
-under ``COMPILE_LOCK``; a thread that compiles now (a region with effects, a program compiled in
-the foreground) goes before the worker's next compile. A region with symbolic sizes keeps its
+under ``COMPILE_LOCK``; a thread waiting for it to compile now (a region with effects, a program
+compiled in the foreground) goes before the worker's next compile, region by region. A region with symbolic sizes keeps its
 torch operations if its compile assumed anything new about the sizes (a guard, a replacement or
 a divisibility fact added to the trace's ``ShapeEnv``): the program's size guards were taken
 before and would not check it.
@@ -92,6 +92,8 @@ class _CompileLock:
         return acquired
 
     def release(self) -> None:
+        if self._owner != threading.get_ident():
+            raise RuntimeError("thunder_core: COMPILE_LOCK released by a thread that does not hold it")
         self._depth -= 1
         if self._depth == 0:
             self._owner = None
@@ -215,10 +217,19 @@ class _BesideDynamo:
             COMPILE_LOCK.release()
             time.sleep(0.005)  # a Dynamo compile on another thread: after it
         self._dynamo_lock = compile_lock
-        self._refusal = _set_dynamo_refusal(False)
+        try:
+            self._refusal = _set_dynamo_refusal(False)
+        except BaseException:
+            self._release()
+            raise
 
     def __exit__(self, *exc_info) -> None:
-        _set_dynamo_refusal(self._refusal)
+        try:
+            _set_dynamo_refusal(self._refusal)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
         self._dynamo_lock.release()
         COMPILE_LOCK.release()
 
@@ -315,6 +326,9 @@ class BackgroundCompile:
             return
         try:
             with _BesideDynamo():
+                if dynamo_in_use():  # Dynamo compiled a frame while this compile waited
+                    self.state = "not started"
+                    return
                 self._compile()
         except BaseException as error:  # noqa: BLE001 - Dynamo could not be set up: the torch operations stay
             if not self.done():

@@ -29,7 +29,13 @@ class ArgumentDims(dict):
     def by_tensor(self, leaves, arguments: int) -> dict[int, frozenset[int]]:
         """The same dims keyed by tensor index among ``leaves`` (as compiles key them)."""
         tensors = {p: i for i, p in enumerate(_tensor_positions(leaves))}
-        return {tensors[p]: frozenset(ds) for p, ds in self.items() if p in tensors and p < arguments and ds}
+        dims = {}
+        for p, ds in self.items():
+            if p in tensors and p < arguments:
+                kept = frozenset(d for d in ds if d < leaves[p].dim())  # a hint: never beyond the tensor
+                if kept:
+                    dims[tensors[p]] = kept
+        return dims
 
 
 def check_dynamic(dynamic) -> None:
