@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import thunder_core
-from thunder_core import DataDependentError
+from thunder_core import CaptureError, DataDependentError
 
 
 def test_nested_structures_kwargs_and_numbers():
@@ -63,6 +63,31 @@ def test_branch_on_tensor_data_names_the_line_and_the_ways_out():
 def test_item_is_refused_as_data_dependent():
     with pytest.raises(DataDependentError, match="Tensor.item"):
         thunder_core.jit(lambda x: x * x.max().item())(torch.randn(3))
+
+
+@pytest.mark.parametrize("change", ["t_", "unsqueeze_"])
+def test_an_in_place_change_of_sizes_is_refused_with_the_way_out(change):
+    # A proxy's sizes are fixed: recorded as they were, later operations would be compiled for
+    # the wrong sizes (Inductor refused them; the results relied on the torch executor).
+    def fn(x):
+        y = x * 2
+        y.t_() if change == "t_" else y.unsqueeze_(0)
+        return y.sum(0) + 1, y
+
+    message = change.removesuffix("_")
+    with pytest.raises(CaptureError, match=rf"{change} changes the sizes or strides .*y = y\.{message}\("):
+        thunder_core.jit(fn)(torch.randn(3, 5))
+
+
+def test_an_in_place_update_that_keeps_the_sizes_is_captured():
+    def fn(x):
+        y = x * 2
+        y.add_(1).mul_(3)
+        return y.sum(0), y
+
+    x = torch.randn(3, 5)
+    for got, expected in zip(thunder_core.jit(fn)(x), fn(x)):
+        torch.testing.assert_close(got, expected)
 
 
 def test_branch_on_shapes_and_python_values_is_specialized():

@@ -227,7 +227,7 @@ def test_a_size_read_from_a_tensor_that_a_later_in_place_view_changes_is_checked
         w = torch.selu(x)  # no thunder_core symbol: splits the graph
         z = y.sum(1) * y.shape[0] + w.sum()
         y.t_() if view == "t_" else y.unsqueeze_(0)
-        return z, w
+        return z, w, y  # y as the view left it: Inductor, compiled for y as Dynamo saw it after, lost it
 
     torch._dynamo.reset()
     opt = torch.compile(fn, backend="thunder_core", dynamic=dynamic)

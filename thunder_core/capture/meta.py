@@ -15,6 +15,7 @@ import contextlib
 import torch
 
 from thunder_core.capture import symbolic
+from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.tree import leaves, tree_map
 
@@ -184,6 +185,8 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
             return y
         if inplace and id(y) in by_meta:
             proxy = by_meta[id(y)]
+            if _sizes_text(y.shape, y.stride()) != _sizes_text(proxy.shape, proxy.stride()):
+                raise _metadata_changed(fn, proxy, y)
             if y.requires_grad and not proxy.requires_grad:
                 proxy.requires_grad_(True)
             return proxy
@@ -261,3 +264,18 @@ def _meta_outputs(fn, args: tuple, kwargs: dict):
         # No meta kernel: learn the output metadata from a run on sample CPU data.
         out = _run_on_sample_data(fn, args, kwargs)
     return out, metas.proxies()
+
+
+def _sizes_text(shape, stride) -> tuple[str, ...]:
+    """Sizes and strides as text: compared without guards on symbolic sizes."""
+    return (*map(str, shape), "/", *map(str, stride))
+
+
+def _metadata_changed(fn, proxy, after) -> CaptureError:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    outplace = name.rsplit(".", 1)[-1].removesuffix("_")
+    return CaptureError(
+        f"{name} changes the sizes or strides of a tensor in place ({tuple(proxy.shape)} -> "
+        f"{tuple(after.shape)}), which thunder_core cannot capture: use the out-of-place form "
+        f"(y = y.{outplace}(...)) instead, or run this code outside thunder_core.jit"
+    )

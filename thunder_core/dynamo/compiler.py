@@ -164,6 +164,10 @@ class _Fallback:
         if how == "inductor" and _draws_random_numbers(gm):
             # Inductor draws with its own generator (other numbers, another stream position).
             self.runner = "eager (it draws random numbers; Inductor's draws differ from eager's)"
+        elif how == "inductor" and _changes_metadata_in_place(gm):
+            # Dynamo's example value of such a tensor shows its sizes after the change: compiled
+            # for them, the change would be lost (``y.t_()`` left y as it was).
+            self.runner = "eager (it changes a tensor's sizes or strides in place)"
         elif how == "inductor":
             examples = _example_inputs(gm)
             if examples is None:
@@ -180,6 +184,27 @@ class _Fallback:
 
     def __call__(self, *args):
         return self.compiled(*args)
+
+
+# In-place changes of a tensor's sizes or strides.
+_METADATA_MUTATIONS = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_",
+     "resize_as_", "set_"}
+)  # fmt: skip
+
+
+def _changes_metadata_in_place(gm: fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and node.target in _METADATA_MUTATIONS:
+            return True
+        name = getattr(node.target, "__name__", None)
+        if (
+            node.op == "call_function"
+            and name in _METADATA_MUTATIONS
+            and getattr(torch.Tensor, name, None) is node.target
+        ):
+            return True
+    return False
 
 
 def _example_inputs(gm: fx.GraphModule) -> list | None:

@@ -20,6 +20,8 @@ KNOWN_FORWARD_FAILURES = {
     # Layouts proxies do not model.
     "sparse.sampled_addmm": "sparse CSR inputs have no strides; proxies model strided tensors only",
     "sparse.mm.reduce": "sparse CSR inputs have no strides; proxies model strided tensors only",
+    # In-place changes of a tensor's sizes: refused with CaptureError (a proxy's sizes are fixed).
+    "resize_": "changes its input's sizes in place",
 }
 
 KNOWN_GRADIENT_FAILURES = {
