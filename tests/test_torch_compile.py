@@ -260,6 +260,18 @@ class _Stack(torch.nn.Module):
         return x
 
 
+def test_explain_finds_a_torch_nn_container_compiled_by_the_backend():
+    # Dynamo wraps the call of a torch.nn module (Sequential) in a function of its own.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    torch._dynamo.reset()
+    opt = torch.compile(model, backend="thunder_core")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(opt(x), model(x))
+    assert "-> thunder_core" in str(thunder_core.explain(opt))
+    assert _thunder_compiles(opt) == [1]
+    torch._dynamo.reset()
+
+
 def test_float_attributes_dynamo_passes_as_tensors_are_read_as_numbers_not_split_off():
     # Dynamo with dynamic=True reads each float attribute with .item() inside its graph; split at
     # every read, a model became a part per layer, and sizes crossing the parts as ints compiled

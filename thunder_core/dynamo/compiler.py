@@ -89,7 +89,9 @@ def _owner_of_compile():
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name == "compile_wrapper" and frame.f_code.co_filename.endswith("eval_frame.py"):
-            return frame.f_locals.get("fn")
+            fn = frame.f_locals.get("fn")
+            wrapped = getattr(fn, "__wrapped__", None)  # a torch.nn module's call, wrapped by Dynamo
+            return wrapped if isinstance(wrapped, torch.nn.Module) else fn
         frame = frame.f_back
     return None
 
