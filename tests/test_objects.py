@@ -197,8 +197,9 @@ def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache
     )  # the cache's tensors
 
 
+@pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
-def test_hugging_face_generate_through_the_torch_compile_front_end(cache):
+def test_hugging_face_generate_through_the_torch_compile_front_end(cache, dynamic):
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = hf_llama(n_layer=2).eval()
@@ -207,19 +208,25 @@ def test_hugging_face_generate_through_the_torch_compile_front_end(cache):
     expected = _generate(model, prompt, **kwargs)
     another = token_batch(1, 11, seed=4)
     expected_another = _generate(model, another, **kwargs)
-    model.forward = torch.compile(model.forward, backend="thunder_core")
+    model.forward = torch.compile(model.forward, backend="thunder_core", dynamic=dynamic)
     assert torch.equal(_generate(model, prompt, **kwargs), expected)
+    from thunder_core.inspection import compile_report
+
+    def compiles():
+        return [
+            thunder_core.cache_info(p).entries for _, _, p in compile_report(model.forward).thunder_parts()
+        ]
+
+    before = compiles()
     assert torch.equal(_generate(model, another, **kwargs), expected_another)  # a prompt of another length
     report = str(thunder_core.explain(model.forward))
+    if dynamic:  # Dynamo's float attributes read as numbers (no split at .item()), sizes symbolic at once
+        assert ".item" not in report and "Tensor.item" not in report, report
+        assert compiles() == before, (before, compiles())  # the new length compiled nothing
     assert "-> thunder_core" in report and "[graph 0 submod_" in report, report
     if cache == "dynamic":  # a StaticCache is written by index_copy_, which Inductor runs
         assert "-> inductor" not in report, report  # every graph is thunder_core's
-    from thunder_core.inspection import compile_report
-
-    compiles = [
-        thunder_core.cache_info(part).entries for _, _, part in compile_report(model.forward).thunder_parts()
-    ]
-    assert max(compiles) <= 2, compiles  # no compile per generated token
+    assert max(compiles()) <= 2, compiles()  # no compile per generated token
     torch._dynamo.reset()
 
 
