@@ -21,7 +21,7 @@ Every result is compared with eager's in the same process (logits, and the gradi
 first step), and a mismatch is printed.
 
     python benchmarks/dynamic_shapes.py --rounds 3
-    python benchmarks/dynamic_shapes.py --parts generate --backends "eager,torch.compile,thunder_core,thunder_core/dynamic=true,torch.compile(backend=thunder_core)"
+    python benchmarks/dynamic_shapes.py --parts generate --rounds 2 --backends "eager,torch.compile,thunder_core,thunder_core/dynamic=true,torch.compile(backend=thunder_core),torch.compile(backend=thunder_core)/dynamic=true"
 """
 
 from __future__ import annotations

@@ -79,15 +79,26 @@ def test_an_in_place_change_of_sizes_is_refused_with_the_way_out(change):
         thunder_core.jit(fn)(torch.randn(3, 5))
 
 
-def test_an_in_place_update_that_keeps_the_sizes_is_captured():
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_an_in_place_update_that_keeps_the_sizes_is_captured(requires_grad, dynamic):
+    # On slices with gaps in memory too: with grad, their stand-ins are contiguous copies.
     def fn(x):
         y = x * 2
         y.add_(1).mul_(3)
+        y[:, 1:] += 1
+        y[:, 0].zero_()
+        torch.relu_(y[:, ::2])
         return y.sum(0), y
 
-    x = torch.randn(3, 5)
-    for got, expected in zip(thunder_core.jit(fn)(x), fn(x)):
+    x = torch.randn(3, 5, requires_grad=requires_grad)
+    for got, expected in zip(thunder_core.jit(fn, dynamic=dynamic)(x), fn(x)):
         torch.testing.assert_close(got, expected)
+
+
+def test_an_out_tensor_that_would_be_resized_is_refused_with_the_way_out():
+    with pytest.raises(CaptureError, match=r"would resize its out= tensor \(\(0,\) -> \(3, 5\)\)"):
+        thunder_core.jit(lambda x, o: torch.add(x, 1, out=o))(torch.randn(3, 5), torch.empty(0))
 
 
 def test_branch_on_shapes_and_python_values_is_specialized():

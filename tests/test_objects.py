@@ -5,6 +5,7 @@ Each case runs eagerly on a copy of the arguments and compares the objects eager
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -221,7 +222,7 @@ def test_hugging_face_generate_through_the_torch_compile_front_end(cache, dynami
     assert torch.equal(_generate(model, another, **kwargs), expected_another)  # a prompt of another length
     report = str(thunder_core.explain(model.forward))
     if dynamic:  # Dynamo's float attributes read as numbers (no split at .item()), sizes symbolic at once
-        assert ".item" not in report and "Tensor.item" not in report, report
+        assert not re.search(r"\.item\b", report), report
         assert compiles() == before, (before, compiles())  # the new length compiled nothing
     assert "-> thunder_core" in report and "[graph 0 submod_" in report, report
     if cache == "dynamic":  # a StaticCache is written by index_copy_, which Inductor runs

@@ -216,18 +216,28 @@ def test_with_dynamic_true_a_part_is_symbolic_where_dynamo_is_and_new_sizes_comp
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("view", ["t_", "unsqueeze_"])
+_VIEWS = {
+    "t_": lambda y: y.t_(),
+    "unsqueeze_": lambda y: y.unsqueeze_(0),
+    "aten.t_": lambda y: torch.ops.aten.t_.default(y),
+    "as_strided_": lambda y: torch.as_strided_(y, (y.shape[1], y.shape[0]), (1, y.shape[1])),
+}
+
+
+@pytest.mark.parametrize("view", sorted(_VIEWS))
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_a_size_read_from_a_tensor_that_a_later_in_place_view_changes_is_checked(dynamic, view):
     # Dynamo's example value of y shows its sizes after y.t_() (or its rank after
-    # y.unsqueeze_(0)): the part would read y.shape[0] from the wrong dimension, or make a
-    # dimension y does not have symbolic; the int Dynamo passes is compared on every call.
+    # y.unsqueeze_(0)), in every part: a part would read y.shape[0] from the wrong dimension or
+    # make a dimension y does not have symbolic (the int Dynamo passes is compared on every
+    # call), and Inductor compiled the parts for those sizes (the change was lost, or a part
+    # reading y before it failed Inductor's size checks).
     def fn(x):
         y = x * 2
-        w = torch.selu(x)  # no thunder_core symbol: splits the graph
+        w = torch.selu(y) * 3  # no thunder_core symbol: splits the graph; reads y before the view
         z = y.sum(1) * y.shape[0] + w.sum()
-        y.t_() if view == "t_" else y.unsqueeze_(0)
-        return z, w, y  # y as the view left it: Inductor, compiled for y as Dynamo saw it after, lost it
+        _VIEWS[view](y)
+        return z, w, y
 
     torch._dynamo.reset()
     opt = torch.compile(fn, backend="thunder_core", dynamic=dynamic)

@@ -184,9 +184,9 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
         if not isinstance(y, torch.Tensor):
             return y
         if inplace and id(y) in by_meta:
-            proxy = by_meta[id(y)]
-            if _sizes_text(y.shape, y.stride()) != _sizes_text(proxy.shape, proxy.stride()):
-                raise _metadata_changed(fn, proxy, y)
+            proxy, made = by_meta[id(y)]
+            if _sizes_text(y.shape, y.stride()) != made:
+                raise _metadata_changed(fn, proxy, y, resized_out=kwargs.get("out") is proxy)
             if y.requires_grad and not proxy.requires_grad:
                 proxy.requires_grad_(True)
             return proxy
@@ -213,12 +213,13 @@ class _StandIns:
         if proxy.requires_grad:
             with self._mode():
                 stand_in = stand_in.requires_grad_().clone()
-        self._made[id(proxy)] = (stand_in, proxy)
+        self._made[id(proxy)] = (stand_in, proxy, _sizes_text(stand_in.shape, stand_in.stride()))
         return stand_in
 
-    def proxies(self) -> dict[int, TensorProxy]:
-        """The input proxy behind each stand-in, by the stand-in's id."""
-        return {id(stand_in): proxy for stand_in, proxy in self._made.values()}
+    def proxies(self) -> dict[int, tuple[TensorProxy, tuple[str, ...]]]:
+        """The input proxy behind each stand-in, with the stand-in's sizes and strides as it was
+        made, by the stand-in's id."""
+        return {id(stand_in): (proxy, made) for stand_in, proxy, made in self._made.values()}
 
 
 def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict):
@@ -271,11 +272,22 @@ def _sizes_text(shape, stride) -> tuple[str, ...]:
     return (*map(str, shape), "/", *map(str, stride))
 
 
-def _metadata_changed(fn, proxy, after) -> CaptureError:
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+def _metadata_changed(fn, proxy, after, *, resized_out: bool) -> CaptureError:
+    from thunder_core.ops.registry import torch_path
+
+    name = torch_path(fn) or getattr(fn, "__name__", None) or repr(fn)
+    name = name.removeprefix("aten::").split(".default")[0].replace("TensorBase.", "Tensor.")
+    change = f"{tuple(proxy.shape)} -> {tuple(after.shape)}"
+    if tuple(proxy.shape) == tuple(after.shape):
+        change = f"strides {tuple(proxy.stride())} -> {tuple(after.stride())}"
+    if resized_out:
+        return CaptureError(
+            f"{name}(..., out=...) would resize its out= tensor ({change}), which thunder_core cannot "
+            "capture: pass an out= tensor of the result's size, or drop out= and use the result"
+        )
     outplace = name.rsplit(".", 1)[-1].removesuffix("_")
     return CaptureError(
-        f"{name} changes the sizes or strides of a tensor in place ({tuple(proxy.shape)} -> "
-        f"{tuple(after.shape)}), which thunder_core cannot capture: use the out-of-place form "
-        f"(y = y.{outplace}(...)) instead, or run this code outside thunder_core.jit"
+        f"{name} changes the sizes or strides of a tensor in place ({change}), which thunder_core "
+        f"cannot capture: use the out-of-place form (y = y.{outplace}(...)) instead, or run this code "
+        "outside thunder_core.jit"
     )

@@ -91,7 +91,10 @@ def _owner_of_compile():
         if frame.f_code.co_name == "compile_wrapper" and frame.f_code.co_filename.endswith("eval_frame.py"):
             fn = frame.f_locals.get("fn")
             wrapped = getattr(fn, "__wrapped__", None)  # a torch.nn module's call, wrapped by Dynamo
-            return wrapped if isinstance(wrapped, torch.nn.Module) else fn
+            by_dynamo = getattr(getattr(fn, "__code__", None), "co_filename", "").endswith(
+                "external_utils.py"
+            )
+            return wrapped if by_dynamo and isinstance(wrapped, torch.nn.Module) else fn
         frame = frame.f_back
     return None
 
@@ -160,16 +163,19 @@ class _Fallback:
     and numbers computed for the first.
     """
 
-    def __init__(self, gm: fx.GraphModule, how: str, record: GraphRecord, name: str):
+    def __init__(
+        self, gm: fx.GraphModule, how: str, record: GraphRecord, name: str, metadata_changes: bool = False
+    ):
         self.gm, self.how, self.record, self.name = gm, how, record, name
         self.compiled, self.runner = gm, "eager"
         if how == "inductor" and _draws_random_numbers(gm):
             # Inductor draws with its own generator (other numbers, another stream position).
             self.runner = "eager (it draws random numbers; Inductor's draws differ from eager's)"
-        elif how == "inductor" and _changes_metadata_in_place(gm):
-            # Dynamo's example value of such a tensor shows its sizes after the change: compiled
-            # for them, the change would be lost (``y.t_()`` left y as it was).
-            self.runner = "eager (it changes a tensor's sizes or strides in place)"
+        elif how == "inductor" and metadata_changes:
+            # Dynamo's example value of such a tensor shows its sizes after the change, in every
+            # part: compiled for them, the change was lost (``y.t_()`` left y as it was) or a part
+            # that reads the tensor before it failed Inductor's size checks.
+            self.runner = "eager (Dynamo's graph changes a tensor's sizes or strides in place)"
         elif how == "inductor":
             examples = _example_inputs(gm)
             if examples is None:
@@ -196,16 +202,16 @@ _METADATA_MUTATIONS = frozenset(
 
 
 def _changes_metadata_in_place(gm: fx.GraphModule) -> bool:
+    """Whether the graph changes a tensor's sizes or strides in place (``y.t_()``, ``torch.ops.aten.t_``)."""
     for node in gm.graph.nodes:
         if node.op == "call_method" and node.target in _METADATA_MUTATIONS:
             return True
-        name = getattr(node.target, "__name__", None)
-        if (
-            node.op == "call_function"
-            and name in _METADATA_MUTATIONS
-            and getattr(torch.Tensor, name, None) is node.target
-        ):
-            return True
+        if node.op == "call_function":
+            if torch.Tag.inplace_view in getattr(node.target, "tags", ()):
+                return True
+            name = getattr(node.target, "__name__", "").split(".")[0]  # ``t_.default`` of an ATen overload
+            if name in _METADATA_MUTATIONS:
+                return True
     return False
 
 
@@ -501,6 +507,7 @@ class ThunderCompiler:
         split = torch.fx.passes.split_module.split_module(
             gm, None, lambda node: assignment[node], keep_original_order=True
         )  # in graph order: a part that mutates an input runs before the parts after it
+        metadata_changes = _changes_metadata_in_place(gm)
         for index, part in enumerate(partitions):
             name = f"submod_{index}"
             submodule = getattr(split, name)
@@ -508,7 +515,7 @@ class ThunderCompiler:
                 runner = self._thunder_part(submodule, record, name)
                 compiled = runner.part
             else:
-                compiled = runner = _Fallback(submodule, self.fallback, record, name)
+                compiled = runner = _Fallback(submodule, self.fallback, record, name, metadata_changes)
             record.compiled[name] = compiled
             setattr(split, name, _AsModule(runner))
         return split
