@@ -194,25 +194,23 @@ class _Fallback:
         return self.compiled(*args)
 
 
-# In-place changes of a tensor's sizes or strides.
-_METADATA_MUTATIONS = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_",
-     "resize_as_", "set_"}
-)  # fmt: skip
-
-
 def _changes_metadata_in_place(gm: fx.GraphModule) -> bool:
-    """Whether the graph changes a tensor's sizes or strides in place (``y.t_()``, ``torch.ops.aten.t_``)."""
+    """Whether the graph changes a tensor's sizes or strides in place (``y.t_()``,
+    ``torch.ops.aten.t_``): an ATen operation PyTorch tags ``inplace_view``."""
     for node in gm.graph.nodes:
-        if node.op == "call_method" and node.target in _METADATA_MUTATIONS:
+        if node.op == "call_function" and torch.Tag.inplace_view in getattr(node.target, "tags", ()):
             return True
-        if node.op == "call_function":
-            if torch.Tag.inplace_view in getattr(node.target, "tags", ()):
-                return True
-            name = getattr(node.target, "__name__", "").split(".")[0]  # ``t_.default`` of an ATen overload
-            if name in _METADATA_MUTATIONS:
+        if node.op in ("call_method", "call_function"):
+            name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+            if isinstance(name, str) and _is_inplace_view(name.split(".")[0]):
                 return True
     return False
+
+
+def _is_inplace_view(name: str) -> bool:
+    packet = getattr(torch.ops.aten, name, None) if name.endswith("_") else None
+    overloads = packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ()
+    return any(torch.Tag.inplace_view in getattr(packet, o).tags for o in overloads)
 
 
 def _example_inputs(gm: fx.GraphModule) -> list | None:
