@@ -164,6 +164,10 @@ class _Worker:
             except BaseException:  # noqa: BLE001 - the worker outlives any job, or waiting would never end
                 pass
 
+    def idle(self) -> bool:
+        with self._condition:
+            return not self._jobs and not self._busy
+
     def wait(self, timeout: float | None) -> bool:
         with self._condition:
             return self._condition.wait_for(lambda: not self._jobs and not self._busy, timeout)
@@ -187,6 +191,11 @@ def wait_for_compiles(timeout: float | None = None) -> bool:
     torch until then: call this before timing a steady state.
     """
     return _worker.wait(timeout)
+
+
+def compiles_pending() -> bool:
+    """Whether the worker has compiles running or waiting."""
+    return not _worker.idle()
 
 
 def dynamo_in_use() -> bool:

@@ -11,6 +11,7 @@ from thunder_core.executors.background import COMPILE_LOCK, BackgroundCompile, i
 from thunder_core.executors.failures import FirstCall, report_failure, strict
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
+from thunder_core.ir.symbolic import SymbolicSizeError
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
     OPAQUE,
@@ -144,6 +145,10 @@ def _compile(executor, region: Region, impure: bool) -> Callable:
     try:
         fallback = torch_fallback(region)
         executor.prepare_compiles()
+    except (
+        SymbolicSizeError
+    ) as error:  # its code reads a size its inputs do not carry: no executor compiles it
+        raise RegionNotSupported(f"{executor.name}: {error}") from error
     except Exception:  # noqa: BLE001 - the region cannot run as it is: its compile says why, now
         return compile_now(executor, region)
     return BackgroundCompile(lambda: executor.compile_region(region), fallback, executor.name, region.inputs)

@@ -33,7 +33,10 @@ keys written into a KV cache) is measured. Nor are claims with symbolic sizes: t
 run at vary, and compiling an alternative after the trace's size guards were taken could assume
 something about the sizes that no guard checks. A region compiled in the background
 (``thunder_core.executors.background``) runs its torch operations until its compile is done, and
-is then timed against them on the call after.
+is then timed against them on the call after. In a program compiled in the background, the
+other claims run as made while the worker still has compiles to do, and are measured at their
+first call after it is idle: compiling an alternative (an Inductor region) on the calling thread
+would wait for the worker's compile in progress.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from thunder_core.executors.background import BackgroundCompile
+from thunder_core.executors.background import BackgroundCompile, compiles_pending, in_background
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, has_symbolic_sizes
 from thunder_core.executors.caches import ColdInputs
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
@@ -150,10 +153,12 @@ class Measured:
         self._operations = operations
         self._key = key
         self._strict = _strict.get()
+        self._background = in_background()  # alternatives are compiled once the worker is idle
         self._slots: list[tuple[dict, str]] = []
         self.selection: Selection | None = None
         self.failure: str | None = None  # set when the claimed executor failed and torch runs it
         self.fn: Callable | None = None
+        self._as_made: Callable | None = None
         self.__name__ = "measured_call"
 
     def attach_to_namespace(self, namespace: dict, name: str) -> None:
@@ -199,6 +204,13 @@ class Measured:
             return None
         return replace(earlier, earlier=True), fn, result
 
+    def _claim_as_made(self) -> Callable:
+        """The claim, run without measuring while the program's compiles are in the background:
+        compiling its alternatives now would wait for them (they hold ``COMPILE_LOCK``)."""
+        if self._as_made is None:
+            self._as_made = self.candidates[0].make()
+        return self._as_made
+
     def _bind(self, fn) -> None:
         self.fn = fn
         for namespace, name in self._slots:
@@ -220,6 +232,11 @@ class Measured:
             self.selection, fn, result = decided
             self._bind(fn)
             return result
+        if self._background and self.waits_for is None and compiles_pending():
+            try:
+                return self._claim_as_made()(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - measured now, which reports it and runs another candidate
+                pass
         ready, failed, result = self._compile_and_warm_up(args, kwargs)
         if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
             raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")

@@ -71,7 +71,7 @@ def compile_region(region, name: str, options: dict):
     if not all(isinstance(p, TensorProxy) for p in region.inputs):
         raise RegionNotSupported("inductor: a region input is not a tensor")
     try:
-        fn = region.as_trace(name).python_callable()
+        fn = _with_trace_layouts(region.as_trace(name).python_callable(), region.outputs)
     except SymbolicSizeError as error:
         raise RegionNotSupported(f"inductor: {error}") from error
     examples = symbolic_examples(region.inputs)
@@ -106,6 +106,68 @@ def compile_region(region, name: str, options: dict):
 
     run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
     return run
+
+
+def _with_trace_layouts(fn, outputs):
+    """``fn``, its outputs laid out in memory as the trace records them (eager's strides).
+
+    Inductor keeps the strides its decompositions give a graph's outputs, which need not be
+    eager's: ``torch.cat`` of an empty tensor and a transposed one is contiguous in eager, and
+    the transposed input's layout after decomposition. A program stores such a value (a cache
+    tensor) and reads it back on its next call, where its guards and its later regions expect
+    the recorded strides; so an output whose traced layout differs is forced to the recorded
+    one (Inductor writes it that way in the kernel that computes it, not as an extra copy).
+    """
+    wanted = [tuple(p.stride()) if isinstance(p, TensorProxy) and _dense(p) else None for p in outputs]
+
+    def laid_out(*args):
+        results = fn(*args)
+        return tuple(
+            r if s is None or not _may_differ(r, s) else _force_layout(r, s) for r, s in zip(results, wanted)
+        )
+
+    return laid_out
+
+
+def _force_layout(result: torch.Tensor, strides: tuple) -> torch.Tensor:
+    """``result`` computed into the dense layout whose dims are ordered as ``strides`` order them.
+    The strides are built from ``result``'s own sizes, so that tracing records them in terms of
+    the graph's size symbols."""
+    order = sorted(range(result.dim()), key=lambda d: (_hints(strides)[d], -d))  # innermost first
+    dense, step = [0] * result.dim(), 1
+    for d in order:
+        dense[d] = step
+        step = step * result.shape[d]
+    return torch.ops.prims.inductor_force_stride_order(result, dense)
+
+
+def _may_differ(result, strides: tuple) -> bool:
+    """Whether Inductor may lay out ``result`` otherwise than ``strides``: when they differ, and
+    always for symbolic sizes (compiled through AOTAutograd, which does not keep the traced
+    output strides)."""
+    if not isinstance(result, torch.Tensor):
+        return False
+    return any(isinstance(s, torch.SymInt) for s in strides) or _hints(result.stride()) != _hints(strides)
+
+
+def _hints(values) -> tuple[int, ...]:
+    """Sizes or strides as numbers: a symbolic one by its value for the traced example, so
+    comparing them adds no guard."""
+    return tuple(v.node.hint if isinstance(v, torch.SymInt) else v for v in values)
+
+
+def _dense(proxy) -> bool:
+    """Whether a tensor's recorded strides lay it out without gaps or overlaps (as a freshly
+    computed value is); an expanded or sliced layout is left as Inductor makes it."""
+    pairs = sorted(
+        ((st, si) for si, st in zip(_hints(proxy.shape), _hints(proxy.stride())) if si != 1), reverse=True
+    )
+    expected = 1
+    for stride, size in reversed(pairs):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _computes_something(graph) -> None:
