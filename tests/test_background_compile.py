@@ -149,6 +149,71 @@ def test_a_symbolic_region_whose_compile_assumes_nothing_is_used():
     assert executor.calls == 3
 
 
+def _worker_holds_the_lock(executor) -> None:
+    """A first program's region compiling on the worker, held there by ``executor``'s gate."""
+    x = torch.randn(4, 3)
+    _claimed(executor, x).python_callable()(x)
+    deadline = time.monotonic() + 60
+    while background.COMPILE_LOCK._owner != background._worker.thread.ident:
+        assert time.monotonic() < deadline, "the worker never took the lock"
+        time.sleep(0.001)
+
+
+def test_a_region_whose_code_reads_a_size_its_inputs_do_not_carry_is_given_back_without_waiting():
+    """Its torch operations cannot be generated apart from the program, nor can any executor's
+    code: it goes back to torch at once, not after waiting for the worker's compile."""
+    held, second = GatedRegions("held"), GatedRegions("second")
+    second.gate.set()
+    _worker_holds_the_lock(held)
+
+    def g(x, y):
+        return (x.exp() + y.shape[0]).sin()  # a size of y, which the region does not take
+
+    x, y = torch.randn(5, 3), torch.randn(6, 2)
+    sizes = SymbolicSizes({1: frozenset({0})})
+    trace, _ = capture(g, (x, y), {}, positional_names=["x", "y"], symbolic_sizes=sizes)
+    claimed = []
+
+    def claim():
+        with compiling_in_background(True):
+            claimed.append(assign_executors(trace, [second, torch_executor.executor]))
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    thread.join(timeout=30)
+    waited = thread.is_alive()
+    held.gate.set()
+    thread.join(timeout=60)
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert not waited, "claiming waited for the worker's compile"
+    (program,) = claimed
+    assert all(b.executor != "second" for b in program.bound_symbols)
+    torch.testing.assert_close(program.python_callable()(x, y), g(x, y))
+
+
+def test_in_a_program_compiled_in_the_background_claims_are_measured_once_the_worker_is_idle():
+    """Compiling a claim's alternatives would wait for the worker's compile: until it is done
+    the claim runs as made; the call after it measures."""
+    from thunder_core.executors.selection import Candidate, Measured
+
+    held = GatedRegions("held")
+    _worker_holds_the_lock(held)
+    made = []
+
+    def candidate(name, fn):
+        return Candidate(name, lambda: made.append(name) or fn)
+
+    with compiling_in_background(True):
+        measured = Measured([candidate("claim", torch.exp), candidate("other", torch.exp)], "torch.exp")
+    x = torch.randn(16)
+    torch.testing.assert_close(measured(x), x.exp())
+    assert made == ["claim"] and measured.selection is None
+    held.gate.set()
+    assert thunder_core.wait_for_compiles(timeout=60)
+    torch.testing.assert_close(measured(x), x.exp())
+    assert "other" in made and measured.selection is not None
+
+
 def test_wait_for_compiles_times_out_while_a_compile_runs():
     executor = GatedRegions()
     x = torch.randn(4, 3)

@@ -185,7 +185,7 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
             return y
         if inplace and id(y) in by_meta:
             proxy, made = by_meta[id(y)]
-            if _sizes_text(y.shape, y.stride()) != made:
+            if _sizes_text(y.shape, y.stride()) != _sizes_text(*made):
                 raise _metadata_changed(fn, proxy, y, resized_out=kwargs.get("out") is proxy)
             if y.requires_grad and not proxy.requires_grad:
                 proxy.requires_grad_(True)
@@ -213,12 +213,12 @@ class _StandIns:
         if proxy.requires_grad:
             with self._mode():
                 stand_in = stand_in.requires_grad_().clone()
-        self._made[id(proxy)] = (stand_in, proxy, _sizes_text(stand_in.shape, stand_in.stride()))
+        self._made[id(proxy)] = (stand_in, proxy, (tuple(stand_in.shape), tuple(stand_in.stride())))
         return stand_in
 
     def proxies(self) -> dict[int, tuple[TensorProxy, tuple[str, ...]]]:
-        """The input proxy behind each stand-in, with the stand-in's sizes and strides as it was
-        made, by the stand-in's id."""
+        """The input proxy behind each stand-in, with the stand-in's ``(sizes, strides)`` as it
+        was made, by the stand-in's id."""
         return {id(stand_in): (proxy, made) for stand_in, proxy, made in self._made.values()}
 
 
@@ -268,8 +268,15 @@ def _meta_outputs(fn, args: tuple, kwargs: dict):
 
 
 def _sizes_text(shape, stride) -> tuple[str, ...]:
-    """Sizes and strides as text: compared without guards on symbolic sizes."""
-    return (*map(str, shape), "/", *map(str, stride))
+    """Sizes and strides as text, compared without guards on symbolic sizes: a symbolic one in
+    its ``ShapeEnv``'s current terms (an operation may have found two symbols equal since)."""
+    return (*map(_size_text, shape), "/", *map(_size_text, stride))
+
+
+def _size_text(size) -> str:
+    if isinstance(size, torch.SymInt):
+        return str(size.node.shape_env.replace(size.node.expr))
+    return str(size)
 
 
 def _metadata_changed(fn, proxy, after, *, resized_out: bool) -> CaptureError:

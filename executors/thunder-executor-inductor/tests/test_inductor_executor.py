@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -314,6 +315,27 @@ def test_a_region_with_symbolic_sizes_compiles_once_for_every_size():
     assert regions and '"cpu f32[s0' in str(thunder_core.last_traces(jfn)[-1])
     (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.gelu")
     assert report.executor == "inductor"
+
+
+def _stored_in_a_cache(k):
+    """What Hugging Face's ``DynamicLayer.update`` stores after a prefill: ``cat`` of an empty
+    tensor and the new keys, which eager lays out contiguously whatever the keys' layout."""
+    keys = torch.cat([torch.tensor([], dtype=k.dtype), k * 2], dim=-2)
+    return keys, (k + 1).transpose(-1, -2)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_regions_results_have_eager_strides(dynamic):
+    """Inductor's decompositions gave the cat the transposed input's layout; a program that
+    stores the result and reads it back next call would see other strides than recorded."""
+    jfn = thunder_core.jit(_stored_in_a_cache, executors=["inductor"], dynamic=dynamic)
+    for n in (24, 30):
+        k = torch.randn(1, n, 4, 32).transpose(1, 2)
+        got, expected = jfn(k), _stored_in_a_cache(k)
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b)
+            assert a.stride() == b.stride()
+    assert _regions(jfn)  # Inductor computed them
 
 
 def test_a_region_call_runs_the_generated_code_without_aot_runtime_wrappers():
