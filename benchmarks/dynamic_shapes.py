@@ -9,7 +9,8 @@ shape really compiles; backends are interleaved over ``--rounds`` rounds. Printe
   seconds then spent waiting for compiles still running in the background
   (``thunder_core.wait_for_compiles()``), and a second pass over the same lengths, all cached;
 - training: one training step at each of 8 sequence lengths: total time and compiles;
-- generate: Hugging Face ``generate`` (greedy, 32 new tokens, the default ``DynamicCache``) of a
+- generate: Hugging Face ``generate`` (greedy, 32 new tokens, the default ``DynamicCache``, or
+  ``StaticCache`` with ``--cache static``) of a
   4-layer random-weight Llama (width 256) with ``model.forward`` compiled: the first generate
   (compiles included), the wait for background compiles after it, the generate after that (the
   first call of a region compiled in the background times it against its torch operations),
@@ -127,7 +128,7 @@ def _llama():
     return LlamaForCausalLM(config).eval()
 
 
-def generate(backend: str) -> dict:
+def generate(backend: str, cache: str = "dynamic") -> dict:
     import torch
     from backends import wrap_forward
     from measure import finish_background_compiles
@@ -138,10 +139,12 @@ def generate(backend: str) -> dict:
         torch.randint(0, 2048, (1, n), generator=torch.Generator().manual_seed(n)) for n in GENERATE_PROMPTS
     ]
 
+    kwargs = {"cache_implementation": "static"} if cache == "static" else {}
+
     def run(prompt):
         with torch.no_grad():
             return model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                  pad_token_id=0)  # fmt: skip
+                                  pad_token_id=0, **kwargs)  # fmt: skip
 
     expected = [run(p) for p in prompts]
     wrap_forward(model, backend)
@@ -164,8 +167,10 @@ def generate(backend: str) -> dict:
             "compiles": _compiles(backend, model.forward), "mismatches": mismatches}  # fmt: skip
 
 
-def measure(backend: str, part: str) -> dict:
-    parts = {"serving": serving, "training": training, "generate": generate}
+def measure(backend: str, part: str, cache: str) -> dict:
+    if part == "generate":
+        return {"backend": backend, **generate(backend, cache)}
+    parts = {"serving": serving, "training": training}
     return {"backend": backend, **parts[part](backend)}
 
 
@@ -174,13 +179,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backends", default=BACKENDS)
     parser.add_argument("--parts", default="serving,training")
+    parser.add_argument("--cache", choices=["dynamic", "static"], default="dynamic",
+                        help="generate: Hugging Face's DynamicCache (the default) or StaticCache")  # fmt: skip
     parser.add_argument("--backend", help="measure one backend in this process (internal)")
     parser.add_argument("--part", help="(internal)")
     args = parser.parse_args()
     if args.backend:
         import json
 
-        print(json.dumps(measure(args.backend, args.part)))
+        print(json.dumps(measure(args.backend, args.part, args.cache)))
         return
     from measure import interleaved, run_isolated, spread
 
@@ -189,12 +196,14 @@ def main() -> None:
         def one(backend: str, part: str = part) -> dict:
             with tempfile.TemporaryDirectory() as cache:  # empty compile caches: every shape compiles
                 env = {"TORCHINDUCTOR_CACHE_DIR": cache}
-                return run_isolated(__file__, "--backend", backend, "--part", part, env=env)
+                return run_isolated(
+                    __file__, "--backend", backend, "--part", part, "--cache", args.cache, env=env
+                )
 
         runs = interleaved(one, args.backends.split(","), args.rounds)
         if part == "generate":
-            print(f"generate: HF Llama, 4 layers, width 256, prompts of {GENERATE_PROMPTS[0]} then "
-                  f"{GENERATE_PROMPTS[1]} tokens, {NEW_TOKENS} new tokens, {args.rounds} interleaved rounds")  # fmt: skip
+            print(f"generate: HF Llama, 4 layers, width 256, {args.cache} cache, prompts of {GENERATE_PROMPTS[0]} "
+                  f"then {GENERATE_PROMPTS[1]} tokens, {NEW_TOKENS} new tokens, {args.rounds} interleaved rounds")  # fmt: skip
             columns = ["first_s", "background_s", "settle_s", "tokens_per_s", "new_length_s"]
         else:
             lengths = SERVING_LENGTHS if part == "serving" else TRAINING_LENGTHS

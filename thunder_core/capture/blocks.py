@@ -3,19 +3,23 @@
 A transformer is N copies of one block in an ``nn.ModuleList`` or ``nn.Sequential``. While a
 module is captured, each call of such a block records a ``block`` bound symbol whose
 subsymbols are the block's operations, so that later passes can transform and compile each
-distinct block once (``thunder_core.jit.blocks``). Every block still runs its own Python
-during capture: what a layer does may depend on its own attributes (``layer_idx``, a per-layer
-flag), and only the recorded operations say whether two layers really are the same.
+distinct block once (``thunder_core.jit.blocks``). A block whose call would do exactly what an
+earlier block's call did (the same class, state, arguments and ambient state: see
+``thunder_core.capture.block_reuse``) does not run its Python: the earlier call's operations
+are copied onto its own tensors. The recorded operations still decide later which calls are
+compiled as one block.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections import Counter
 from contextlib import contextmanager
 
 from torch import nn
 
 from thunder_core import progress
+from thunder_core.capture.block_reuse import BlockTemplates
 from thunder_core.capture.recorder import Recorder
 from thunder_core.ir.proxies import PROXY_TYPES
 from thunder_core.ir.source import user_location
@@ -67,33 +71,58 @@ def _recorded(module: nn.Module, forward, symbol: Symbol):
         outer = active_recorder()
         if outer is None or not outer.top_level or getattr(outer, "in_block", False):
             return forward(*args, **kwargs)
-        inner = _BlockRecorder(outer.namer, top_level=True)
-        push_recorder(inner)
-        try:
-            out = forward(*args, **kwargs)
-        finally:
-            pop_recorder()
-        inputs = free_inputs(inner.bound_symbols)
-        produced = {p.name for b in inner.bound_symbols for p in b.flat_outputs()}
-        returned = tuple(x for x in leaves(out) if isinstance(x, PROXY_TYPES) and x.name in produced)
-        bsym = BoundSymbol(symbol, tuple(inputs), {}, returned, inner.bound_symbols, user_location())
-        outer.bound_symbols.append(bsym)
+        templates = _templates.get()
+        template = templates.matching(module, args, kwargs) if templates is not None else None
+        if template is not None:  # the same block as one captured before: its Python need not run
+            out, bound_symbols, inputs = templates.copy(template, module, args, kwargs, outer.new_proxy)
+            progress.count("blocks reused")  # of the blocks captured: copied, their Python not run
+        else:
+
+            def record():
+                inner = _BlockRecorder(outer.namer, top_level=True)
+                push_recorder(inner)
+                try:
+                    out = forward(*args, **kwargs)
+                finally:
+                    pop_recorder()
+                return out, inner.bound_symbols, free_inputs(inner.bound_symbols)
+
+            if templates is not None and templates.can_record(module):
+                out, bound_symbols, inputs = templates.run_template(module, args, kwargs, record)
+            else:
+                out, bound_symbols, inputs = record()
         progress.count("blocks captured")
+        produced = {p.name for b in bound_symbols for p in b.flat_outputs()}
+        returned = tuple(x for x in leaves(out) if isinstance(x, PROXY_TYPES) and x.name in produced)
+        outer.bound_symbols.append(
+            BoundSymbol(symbol, tuple(inputs), {}, returned, bound_symbols, user_location())
+        )
         return out
 
+    run.records_a_block = True  # not an instance forward of the user's (block_reuse compares those)
     return run
 
 
+_templates: contextvars.ContextVar[BlockTemplates | None] = contextvars.ContextVar(
+    "thunder_core_block_templates", default=None
+)
+
+
 @contextmanager
-def blocks_recorded(modules: list[nn.Module]):
-    """Within the block, each call of one of ``modules`` made while capturing records a block."""
+def blocks_recorded(modules: list[nn.Module], *, reuse: bool = True):
+    """Within the block, each call of one of ``modules`` made while capturing records a block;
+    with ``reuse``, a call that would do what an earlier one did copies its operations
+    (``thunder_core.capture.block_reuse``). Yields the capture's ``BlockTemplates``."""
     patched = []
+    templates = BlockTemplates() if reuse else None
+    token = _templates.set(templates)
     try:
         for module in modules:
             module.forward = _recorded(module, module.forward, _block_symbol(module))
             patched.append(module)
-        yield
+        yield templates
     finally:
+        _templates.reset(token)
         for module in patched:
             del module.forward
 
