@@ -2,8 +2,8 @@
 
 A compile still running after ``DELAY`` seconds shows one status line on stderr, drawn by
 ``tqdm``: the function, the stage it is in (capturing, differentiating, assigning executors,
-compiling regions), the blocks captured, the regions each executor compiled so far and the time
-spent (redrawn every second). The line goes away when the compile ends. It is shown only when
+compiling regions), the blocks captured (and reused), the regions each executor compiled so
+far and the time spent (redrawn every second). The line goes away when the compile ends. It is shown only when
 stderr is a terminal (``progress = "auto"``, the default); ``"never"`` turns it off and
 ``"always"`` shows it wherever stderr goes. The setting comes from ``THUNDER_CORE_PROGRESS`` or
 the config file's ``progress`` key (``JobConfig.progress``).

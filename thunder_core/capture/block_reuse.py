@@ -52,9 +52,10 @@ _WALK_DEPTH = 6  # how deep containers and plain objects reached from a block ar
 _BY_VALUE = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis), torch.dtype,
              torch.device, torch.memory_format, torch.layout, torch.Size, enum.Enum)  # fmt: skip
 # Names in user code that read attributes by computed name: any attribute may then be read.
-_DYNAMIC_READS = frozenset(
-    {"getattr", "hasattr", "setattr", "vars", "__dict__", "__getattribute__", "attrgetter"}
-)
+_DYNAMIC_READS = frozenset({
+    "getattr", "hasattr", "setattr", "vars", "dir", "__dict__", "__getattribute__", "attrgetter", "getmembers",
+    "getattr_static", "__getstate__", "__reduce__", "__reduce_ex__", "asdict", "astuple", "copy", "deepcopy",
+})  # fmt: skip
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
           "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called")  # fmt: skip
 _MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules", *_HOOKS})
