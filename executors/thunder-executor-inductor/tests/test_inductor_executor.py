@@ -338,9 +338,10 @@ def test_a_regions_results_have_eager_strides(dynamic):
     assert _regions(jfn)  # Inductor computed them
 
 
-def test_a_region_call_runs_the_generated_code_without_aot_runtime_wrappers():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_region_call_runs_the_generated_code_without_aot_runtime_wrappers(dynamic):
     x = torch.randn(64, 64)
-    jfn = thunder_core.jit(lambda t: (F.silu(t) * t + 1).softmax(-1), executors=["inductor"])
+    jfn = thunder_core.jit(lambda t: (F.silu(t) * t + 1).softmax(-1), executors=["inductor"], dynamic=dynamic)
     jfn(x)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = jfn(x)

@@ -217,18 +217,30 @@ def _compile_static(fn, examples: list, options: dict):
 
 
 def _compile_symbolic(fn, examples: list, options: dict):
-    """A region with symbolic sizes, compiled once for every size: traced on fake inputs of the
-    trace's ShapeEnv (so what Inductor assumes about the sizes becomes the trace's guards) and
-    compiled with those sizes dynamic. Inputs whose strides the compiled code does not expect
-    (it asserts them before computing) run the region's operations as they are."""
-    graph = make_fx(fn, tracing_mode="fake")(*examples)
+    """A region with symbolic sizes, compiled once for every size: traced with Inductor's
+    decompositions on fake inputs of the trace's ShapeEnv (so what Inductor assumes about the
+    sizes becomes the trace's guards) and compiled with those sizes dynamic; its generated code
+    is called directly, as for fixed sizes (a graph that writes in place goes through
+    ``standalone_compile``). Inputs whose strides the compiled code does not expect (it asserts
+    them before computing) run the region's operations as they are."""
+    graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
     with torch._inductor.config.patch(options):
-        compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
+        if _mutates(graph):
+            graph = make_fx(fn, tracing_mode="fake")(*examples)
+            compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
+            call = lambda args: compiled(*args)  # noqa: E731
+        else:
+            fake_mode = examples[0].fake_mode if hasattr(examples[0], "fake_mode") else None
+            with tracing(TracingContext(fake_mode)):
+                inner = compile_fx_inner(
+                    graph, examples, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
+                )
+            call = inner.current_callable  # the generated code, without AOTAutograd's runtime wrappers
 
     def run(*args):
         try:
-            return tuple(compiled(*args))
+            return tuple(call(list(args)))
         except AssertionError:  # Inductor's stride assertion: other strides than traced
             return tuple(fn(*args))
 
