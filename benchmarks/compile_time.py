@@ -9,7 +9,8 @@ A transformer is N copies of one block; thunder_core compiles each distinct bloc
 (``reuse_blocks``, on by default), so most of the first call should not grow with depth. For
 2, 8 and 24 layers (width 256, batch 4 x 256 tokens), each in a fresh process: eager (the
 step itself, the floor any backend pays), torch.compile, thunder_core with its default
-executors, and thunder_core with ``reuse_blocks=False``. "warm" runs with the compile caches
+executors, with ``capture_blocks_once=True`` (a layer that would do what an earlier one did is
+captured without running its Python) and with ``reuse_blocks=False``. "warm" runs with the compile caches
 an earlier identical process left on disk; "cold" with empty Inductor and Numba caches.
 
     python benchmarks/compile_time.py                   # 2, 8, 24 layers, warm and cold
@@ -30,7 +31,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-BACKENDS = ("eager", "torch.compile", "thunder_core", "thunder_core(reuse_blocks=False)")
+CAPTURE_ONCE = "thunder_core(capture_blocks_once=True)"
+BACKENDS = ("eager", "torch.compile", "thunder_core", CAPTURE_ONCE, "thunder_core(reuse_blocks=False)")
 ADD_BACKENDS = ("eager", "torch.compile", "thunder_core[torch]", "thunder_core")
 BATCH, LENGTH, WIDTH = 4, 256, 256
 
@@ -55,6 +57,8 @@ def first_call(backend: str, layers: int) -> dict:
         model = torch.compile(model)
     elif backend == "thunder_core":
         model = thunder_core.jit(model)
+    elif backend == CAPTURE_ONCE:
+        model = thunder_core.jit(model, capture_blocks_once=True)
     elif backend == "thunder_core(reuse_blocks=False)":
         model = thunder_core.jit(model, reuse_blocks=False)
     logits = model(idx[:, :-1])
@@ -147,11 +151,11 @@ def main() -> None:
         f"CPU; warm = median of {args.rounds} run(s) with compile caches on disk, cold = empty caches"
     )
     columns = ["warm"] if args.warm_only else ["warm", "cold"]
-    header = f"{'backend':34s}" + "".join(f"{f'{n} layers {c}':>17s}" for n in depths for c in columns)
+    header = f"{'backend':40s}" + "".join(f"{f'{n} layers {c}':>17s}" for n in depths for c in columns)
     print(header)
     for backend in BACKENDS:
         cells = "".join(f"{results[(backend, n)][c]:16.2f}s" for n in depths for c in columns)
-        print(f"{backend:34s}{cells}")
+        print(f"{backend:40s}{cells}")
     for column in columns:
         for n in depths:
             eager = results[("eager", n)][column]
@@ -161,15 +165,15 @@ def main() -> None:
                 f"{n:>2d} layers {column}: thunder_core above eager {ours - eager:6.2f}s, "
                 f"torch.compile above eager {compiled - eager:6.2f}s, ratio {compiled / ours:5.2f}x"
             )
-    for column in columns:
-        shallow, deep = depths[0], depths[-1]
-        above = {
-            n: results[("thunder_core", n)][column] - results[("eager", n)][column] for n in (shallow, deep)
-        }
-        print(
-            f"thunder_core above eager, {deep} layers / {shallow} layers ({column}): "
-            f"{above[deep] / above[shallow]:.2f}x"
-        )
+    for backend in ("thunder_core", CAPTURE_ONCE):
+        for column in columns:
+            shallow, deep = depths[0], depths[-1]
+            above = {
+                n: results[(backend, n)][column] - results[("eager", n)][column] for n in (shallow, deep)
+            }
+            print(
+                f"{backend} above eager, {deep} layers / {shallow} layers ({column}): {above[deep] / above[shallow]:.2f}x"
+            )
     print(
         "thunder_core growth from the shallowest to the deepest model, above eager: "
         + ", ".join(

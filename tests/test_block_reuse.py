@@ -63,7 +63,7 @@ def counting_calls(*codes):
 def _first_call_runs(model, x, code=Block.forward.__code__) -> tuple[int, object]:
     """Runs of ``code`` while jit captures ``model`` on its first call, and the jitted model;
     checks the result and the input's gradient against eager."""
-    jmodel = thunder_core.jit(model)
+    jmodel = thunder_core.jit(model, capture_blocks_once=True)
     x = x.clone().requires_grad_()
     with counting_calls(code) as counts:
         out = jmodel(x)
@@ -166,7 +166,7 @@ def test_a_global_the_layer_reads_that_changes_between_layers_makes_them_differ(
     torch.manual_seed(0)
     model = ChangesTheGlobal()
     x = torch.randn(2, 8)
-    jmodel = thunder_core.jit(model)
+    jmodel = thunder_core.jit(model, capture_blocks_once=True)
     with counting_calls(ReadsAGlobal.forward.__code__) as counts:
         out = jmodel(x)
     torch.testing.assert_close(out, model(x))
@@ -214,7 +214,7 @@ class Counting(nn.Module):
 def test_a_layer_that_changes_its_own_state_is_not_reused():
     torch.manual_seed(0)
     model = Stack([Counting() for _ in range(3)])
-    jmodel = thunder_core.jit(model)
+    jmodel = thunder_core.jit(model, capture_blocks_once=True)
     with counting_calls(Counting.forward.__code__) as counts:
         jmodel(torch.randn(2, 8))
     assert counts[Counting.forward.__code__] == 3
@@ -225,7 +225,7 @@ def test_a_layer_that_changes_its_own_state_is_not_reused():
 def test_changing_sizes_with_reused_layers_give_eagers_results(dynamic):
     torch.manual_seed(0)
     model = Stack([Block(index=i) for i in range(3)])
-    jmodel = thunder_core.jit(model, dynamic=dynamic)
+    jmodel = thunder_core.jit(model, dynamic=dynamic, capture_blocks_once=True)
     for n in (4, 6, 9):
         x = torch.randn(n, 16)
         torch.testing.assert_close(jmodel(x), model(x))
@@ -234,12 +234,12 @@ def test_changing_sizes_with_reused_layers_give_eagers_results(dynamic):
 def test_litgpt_training_with_layers_captured_once_matches_eager():
     model = small_litgpt(n_layer=3)
     code = type(model.transformer.h[0]).forward.__code__
-    jmodel = thunder_core.jit(model)
+    jmodel = thunder_core.jit(model, capture_blocks_once=True)
     x = torch.randint(0, 128, (2, 16))
     with counting_calls(code) as counts:
         jmodel(x)
     assert counts[code] == 1  # block_idx is set in __init__ and not read by the forward
-    check_litgpt_training(["torch"])  # loss and every parameter's gradient as eager's
+    check_litgpt_training(["torch"], capture_blocks_once=True)  # loss and every gradient as eager's
 
 
 class Normalized(nn.Module):
@@ -261,7 +261,7 @@ def test_in_place_updates_are_copied_onto_each_layers_own_buffers():
     model = Stack([Normalized() for _ in range(3)]).train()
     reference = copy.deepcopy(model)
     x = torch.randn(6, 8, requires_grad=True)  # as every later layer's input
-    jmodel = thunder_core.jit(model)
+    jmodel = thunder_core.jit(model, capture_blocks_once=True)
     with counting_calls(Normalized.forward.__code__) as counts:
         out = jmodel(x)
     torch.testing.assert_close(out, reference(x))
@@ -290,7 +290,135 @@ class Logging(nn.Module):
 def test_a_layer_that_changes_a_global_it_reads_is_not_reused():
     torch.manual_seed(0)
     LOG.clear()
-    jmodel = thunder_core.jit(Stack([Logging() for _ in range(3)]))
+    jmodel = thunder_core.jit(Stack([Logging() for _ in range(3)]), capture_blocks_once=True)
     with counting_calls(Logging.forward.__code__) as counts:
         jmodel(torch.randn(2, 8))
     assert counts[Logging.forward.__code__] == 3 and LOG == [0, 1, 2]
+
+
+def test_without_the_option_every_layer_runs_its_python():
+    torch.manual_seed(0)
+    jmodel = thunder_core.jit(Stack([Block(index=i) for i in range(4)]))
+    with counting_calls(Block.forward.__code__) as counts:
+        jmodel(torch.randn(3, 16, requires_grad=True))
+    assert counts[Block.forward.__code__] == 4
+
+
+def _same_as_eager(model, *args):
+    got = thunder_core.jit(model, capture_blocks_once=True)(*args)
+    want = model(*args)
+    for a, b in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+        torch.testing.assert_close(a, b)
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, h, skip):
+        return self.a(h) + self.b(skip)
+
+
+class SkipFromTheInput(Stack):
+    def forward(self, x):
+        h = x
+        for block in self.blocks:  # the first layer gets (x, x), later ones (h, x)
+            h = block(h, x)
+        return h
+
+
+def test_a_layer_given_the_same_tensor_twice_is_not_the_template_of_one_given_two():
+    torch.manual_seed(0)
+    _same_as_eager(SkipFromTheInput([TwoInputs() for _ in range(3)]), torch.randn(2, 8, requires_grad=True))
+
+
+class Settings:
+    factor = 1.0
+
+
+class ReadsAClassAttribute(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.linear(x) * Settings.factor
+
+
+class SetsTheClassAttribute(Stack):
+    def forward(self, x):
+        for i, block in enumerate(self.blocks):
+            Settings.factor = float(i + 1)
+            x = block(x)
+        return x
+
+
+def test_a_class_attribute_changed_between_layers_makes_them_differ():
+    torch.manual_seed(0)
+    _same_as_eager(
+        SetsTheClassAttribute([ReadsAClassAttribute() for _ in range(3)]),
+        torch.randn(2, 8, requires_grad=True),
+    )
+
+
+class WritesItsCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x, cache: dict):
+        y = self.linear(x)
+        cache["k"] = y
+        return y
+
+
+class WithCaches(Stack):
+    def forward(self, x):
+        caches = [{"k": x} for _ in self.blocks]
+        for block, cache in zip(self.blocks, caches):
+            x = block(x, cache)
+        return [cache["k"] for cache in caches]
+
+
+def test_a_layer_that_writes_into_an_argument_is_not_reused():
+    torch.manual_seed(0)
+    _same_as_eager(WithCaches([WritesItsCache() for _ in range(3)]), torch.randn(2, 8, requires_grad=True))
+
+
+STEP = torch.zeros(())
+
+
+class CountsSteps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        STEP.add_(1)  # a tensor every layer shares, updated in place
+        return self.linear(x) * STEP
+
+
+def test_an_in_place_update_of_a_tensor_every_layer_shares_is_copied_in_order():
+    torch.manual_seed(0)
+    model = Stack([CountsSteps() for _ in range(3)])
+    x = torch.randn(2, 8, requires_grad=True)
+    STEP.zero_()
+    got = thunder_core.jit(model, capture_blocks_once=True)(x)
+    STEP.zero_()
+    torch.testing.assert_close(got, model(x))
+
+
+def test_a_global_module_hook_turns_reuse_off():
+    torch.manual_seed(0)
+    model = Stack([Block() for _ in range(3)])
+    scaled = {id(model.blocks[2].down)}
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, args, out: out * 10 if id(module) in scaled else None
+    )
+    try:
+        runs, _ = _first_call_runs(model, torch.randn(3, 16))
+    finally:
+        handle.remove()
+    assert runs == 3

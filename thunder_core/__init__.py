@@ -73,6 +73,7 @@ def jit(
     cache: str = "guarded",
     reuse_blocks: bool = True,
     dynamic: bool | None = None,
+    capture_blocks_once: bool = False,
 ):
     """Compile a function of tensors, or an ``nn.Module`` (or a module's bound method:
     ``model.forward = thunder_core.jit(model.forward)`` is cached like ``jit(model)``).
@@ -112,7 +113,9 @@ def jit(
     ``nn.Sequential`` whose class repeats, such as a transformer layer) is recorded as a
     block; calls that did the same operations on tensors of the same metadata are
     differentiated, claimed and compiled once and share the result. ``reuse_blocks=False``
-    compiles every layer's operations separately.
+    compiles every layer's operations separately. ``capture_blocks_once=True`` also skips
+    running a layer's Python while capturing when its call would do what an earlier layer's
+    call did (``docs/getting-started.md`` says what is compared, and what it cannot see).
 
     Sizes: the first call compiles for its inputs' sizes. With ``dynamic=None`` (the default),
     a later call whose tensors differ only in sizes compiles once more with the dimensions
@@ -122,7 +125,7 @@ def jit(
     """
     arguments = {"executors": executors, "plugins": plugins, "options": options, "disable": disable,
                  "select": select, "compile_in_background": compile_in_background, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks,
-                 "dynamic": dynamic}  # fmt: skip
+                 "dynamic": dynamic, "capture_blocks_once": capture_blocks_once}  # fmt: skip
     if isinstance(fn, nn.Module):
         return ThunderModule.from_arguments(fn, arguments)
     if inspect.ismethod(fn) and isinstance(fn.__self__, nn.Module):  # model.forward = jit(model.forward)

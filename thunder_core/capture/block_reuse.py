@@ -46,6 +46,10 @@ from thunder_core.ir.proxies import PROXY_TYPES, NumberProxy, ObjectProxy, Tenso
 from thunder_core.ir.symbols import EFFECT, RANDOM, BoundSymbol
 from thunder_core.ir.tree import leaves, tree_map
 
+_MAX_NODES = 20_000
+_OPAQUE_MODULES = frozenset(
+    {"logging", "threading", "_thread", "multiprocessing", "concurrent", "asyncio", "io"}
+)
 MAX_TEMPLATES = 4  # distinct kinds of one block class kept per capture (alternating layer types)
 _WALK_DEPTH = 6  # how deep containers and plain objects reached from a block are compared
 
@@ -58,6 +62,9 @@ _DYNAMIC_READS = frozenset({
 })  # fmt: skip
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
           "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called")  # fmt: skip
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks", "_global_forward_hooks_with_kwargs",
+                 "_global_forward_hooks_always_called")  # fmt: skip
 _MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules", *_HOOKS})
 
 
@@ -65,27 +72,33 @@ class _Different(Exception):
     """A value that makes two blocks differ."""
 
 
-def _value(x, depth: int = 0):
-    """A comparable description of a Python value: by value where that is what code sees."""
+def _value(x, depth: int = 0, budget: list | None = None):
+    """A comparable description of a Python value: by value where that is what code sees.
+    More than ``_MAX_NODES`` values walked is a difference (too much to compare per layer)."""
+    budget = [_MAX_NODES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Different("too much state to compare")
     if isinstance(x, _BY_VALUE):
         return (type(x), repr(x))
     if (
         depth >= _WALK_DEPTH
         or isinstance(x, (torch.Tensor, nn.Module, types.ModuleType, type))
         or callable(x)
+        or type(x).__module__.split(".")[0] in _OPAQUE_MODULES
     ):
         return ("id", id(x))
     if isinstance(x, (tuple, list)):
-        return (type(x), tuple(_value(v, depth + 1) for v in x))
+        return (type(x), tuple(_value(v, depth + 1, budget) for v in x))
     if isinstance(x, dict):  # hook tables are OrderedDicts
-        return (type(x), tuple((repr(k), _value(v, depth + 1)) for k, v in x.items()))
+        return (type(x), tuple((repr(k), _value(v, depth + 1, budget)) for k, v in x.items()))
     if isinstance(x, (set, frozenset)):
         return (type(x), tuple(sorted(repr(v) for v in x)))
     state = getattr(x, "__dict__", None)
     if isinstance(state, dict):
         # A plain object (a config): shared ones are the same object; its contents may still
         # change between layers, so they are compared too.
-        return ("object", id(x), tuple((k, _value(v, depth + 1)) for k, v in state.items()))
+        return ("object", id(x), tuple((k, _value(v, depth + 1, budget)) for k, v in state.items()))
     return ("id", id(x))
 
 
@@ -111,6 +124,7 @@ def _module_state(block: nn.Module) -> dict[tuple[str, str], object]:
         ):
             raise _Different(f"{path or 'the block'} has hooks or an instance forward")
         state[(path, "<class>")] = type(sub)
+        state[(path, "<class attributes>")] = _class_attributes(type(sub))
         state[(path, "<modules>")] = tuple(attributes.get("_modules", {}))
         for table in ("_parameters", "_buffers"):
             names = tuple(attributes.get(table, {}))
@@ -119,6 +133,20 @@ def _module_state(block: nn.Module) -> dict[tuple[str, str], object]:
             if name not in _MODULE_TABLES and name != "forward":
                 state[(path, name)] = _value(value)
     return state
+
+
+def _class_attributes(cls: type) -> tuple:
+    """The plain values a module's own classes hold (``Settings``-like class attributes that a
+    forward may read through ``self`` or change), torch's classes left out."""
+    values = []
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__.split(".")[0] == "torch":
+            continue
+        for name, value in vars(klass).items():
+            plain = not callable(value) and not isinstance(value, (staticmethod, classmethod, property))
+            if plain and not name.startswith("__"):
+                values.append((klass.__qualname__, name, _value(value)))
+    return tuple(values)
 
 
 def _tensors(block: nn.Module) -> dict[tuple[str, str], object]:
@@ -133,16 +161,22 @@ def _tensors(block: nn.Module) -> dict[tuple[str, str], object]:
     return found
 
 
-def _arguments(args: tuple, kwargs: dict) -> tuple[tuple, list]:
-    """A description of a call's arguments (tensors by metadata) and its proxies, in order."""
+def _arguments(args: tuple, kwargs: dict, *, names: bool = False) -> tuple[tuple, list]:
+    """A description of a call's arguments (tensors by metadata, and which of them are the same
+    tensor) and its proxies, in order; with ``names``, each proxy's name too (to see a change)."""
     proxies = []
+    first: dict[int, int] = {}
 
     def describe(x):
         if isinstance(x, PROXY_TYPES):
             proxies.append(x)
+            same = first.setdefault(id(x), len(first))
+            name = x.name if names else None
             if isinstance(x, TensorProxy):
-                return ("tensor", _tensor_metadata(x))
-            return ("number", repr(x.value)) if isinstance(x, NumberProxy) else ("object",)
+                return ("tensor", _tensor_metadata(x), same, name)
+            if isinstance(x, NumberProxy):
+                return ("number", repr(x.value), same, name)
+            return ("object", same, name)
         if isinstance(x, torch.Tensor):
             raise _Different("a real tensor argument")
         if isinstance(x, (tuple, list)):
@@ -168,6 +202,7 @@ class _CodeRun:
         self.codes: set = set()
         self.user_globals: dict = {}
         self.globals_before: dict = {}  # what each user code object read, as its first entry found it
+        self.too_much = False
         self._previous = None
 
     def _profile(self, frame, event, arg):
@@ -177,7 +212,10 @@ class _CodeRun:
                 self.codes.add(code)
                 if is_user_code(code.co_filename):
                     self.user_globals[code] = frame.f_globals
-                    self.globals_before.update(_globals_read({code: frame.f_globals}))
+                    try:
+                        self.globals_before.update(_globals_read({code: frame.f_globals}))
+                    except _Different:  # too much to compare: no template (never raised into the program)
+                        self.too_much = True
         if self._previous is not None:
             self._previous(frame, event, arg)
 
@@ -190,27 +228,46 @@ class _CodeRun:
         sys.setprofile(self._previous)
 
 
+def _modes() -> tuple:
+    count = torch._C._len_torch_function_stack()
+    return tuple(
+        type(torch._C._get_function_stack_at(i)) for i in range(count)
+    ), torch._C._len_torch_dispatch_stack()
+
+
+def _global_hooks() -> bool:
+    """Whether a module hook is registered for every module (it may treat layers differently)."""
+    tables = torch.nn.modules.module
+    return any(getattr(tables, name, None) for name in _GLOBAL_HOOKS)
+
+
 def _ambient() -> object:
     from torch._C._dynamo.guards import GlobalStateGuard
 
-    return (GlobalStateGuard(), torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+    return GlobalStateGuard(), _modes()
 
 
 def _same_ambient(before) -> bool:
-    guard, functions, dispatch = before
-    return (
-        guard.check()
-        and functions == torch._C._len_torch_function_stack()
-        and dispatch == torch._C._len_torch_dispatch_stack()
-    )
+    guard, modes = before
+    return guard.check() and modes == _modes()
 
 
 def _globals_read(code_globals: dict) -> dict[tuple, object]:
-    """The values of the global names the user code run reads (walked as plain objects are)."""
+    """The values of the global names the user code run reads, and of the attributes read right
+    after them (``Settings.factor``, ``config_module.SCALE``), walked as plain objects are."""
     values = {}
     for code, namespace in code_globals.items():
         for chain in global_chains(code):
-            values[(id(namespace), chain[0])] = _value(namespace.get(chain[0], _MISSING))
+            value = namespace.get(chain[0], _MISSING)
+            values[(id(namespace), chain[:1])] = _value(value)
+            for k, attribute in enumerate(chain[1:], start=2):
+                if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in (
+                    "torch",
+                    "thunder_core",
+                ):
+                    break
+                value = getattr(value, attribute, _MISSING)
+                values[(id(namespace), chain[:k])] = _value(value)
     return values
 
 
@@ -256,7 +313,7 @@ class BlockTemplates:
 
     def _matches(self, template: Template, module, args, kwargs) -> bool:
         arguments, _ = _arguments(args, kwargs)
-        if arguments != template.arguments or not _same_ambient(template.ambient):
+        if arguments != template.arguments or _global_hooks() or not _same_ambient(template.ambient):
             return False
         state = _module_state(module)
         if state.keys() != template.state.keys():
@@ -273,18 +330,27 @@ class BlockTemplates:
         calls can reuse it. ``record`` returns ``(output, bound_symbols, inputs)``, and so does this."""
         try:
             arguments, argument_proxies = _arguments(args, kwargs)
+            passed = _arguments(args, kwargs, names=True)[0]
             before = _module_state(module)
         except _Different:
+            return record()
+        if _global_hooks():
             return record()
         ambient = _ambient()
         run = _CodeRun()
         with run:
             recorded = record()
         out, bound_symbols, inputs = recorded
-        globals_read = _globals_read(run.user_globals)
         try:
-            changed = _module_state(module) != before or globals_read != run.globals_before
-            if changed or not _returned_plainly(out) or _has_effects(bound_symbols):
+            globals_read = _globals_read(run.user_globals)
+            changed = run.too_much or (
+                _module_state(module) != before
+                or globals_read != run.globals_before
+                or _arguments(args, kwargs, names=True)[0] != passed  # a dict or list argument written to
+            )
+            # Closure cells are not compared (generated code, a dataclass's __init__, is not the user's).
+            closures = any(code.co_freevars and code.co_filename != "<string>" for code in run.user_globals)
+            if changed or closures or not _returned_plainly(out) or _has_effects(bound_symbols):
                 return recorded
         except _Different:
             return recorded
@@ -329,6 +395,8 @@ class BlockTemplates:
                         mapping[id(p)] = _fresh_like(p, new_proxy)
                 fresh(b.subsymbols)
 
+        for p in template.inputs:  # what every layer reads alike (updated in place, say) stays itself
+            mapping.setdefault(id(p), p)
         fresh(template.bound_symbols)
         bound_symbols = [b.substitute(mapping) for b in template.bound_symbols]
         inputs = [mapping.get(id(p), p) for p in template.inputs]

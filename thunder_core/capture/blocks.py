@@ -109,7 +109,7 @@ _templates: contextvars.ContextVar[BlockTemplates | None] = contextvars.ContextV
 
 
 @contextmanager
-def blocks_recorded(modules: list[nn.Module], *, reuse: bool = True):
+def blocks_recorded(modules: list[nn.Module], *, reuse: bool = False):
     """Within the block, each call of one of ``modules`` made while capturing records a block;
     with ``reuse``, a call that would do what an earlier one did copies its operations
     (``thunder_core.capture.block_reuse``). Yields the capture's ``BlockTemplates``."""

@@ -210,6 +210,7 @@ def capture(
     extra_binder=None,
     guard_builder=None,
     block_modules=(),
+    capture_blocks_once: bool = False,
     symbolic_sizes: SymbolicSizes | None = None,
 ) -> tuple[Trace, list[torch.Tensor]]:
     """Run ``fn(*args, **kwargs)`` on proxies and return the trace of what it did.
@@ -222,7 +223,9 @@ def capture(
     (module attributes, globals, closures): they are the trace's last inputs. With a
     ``guard_builder``, the globals read by the user code that runs are guarded as they were
     before that code ran. Each call of one of ``block_modules`` is recorded as one ``block``
-    bound symbol holding its operations (``thunder_core.capture.blocks``). With
+    bound symbol holding its operations (``thunder_core.capture.blocks``); with
+    ``capture_blocks_once``, one that would do what an earlier one did is copied from it
+    without running its Python (``thunder_core.capture.block_reuse``). With
     ``symbolic_sizes``, the dimensions it names of the inputs have symbolic sizes.
     """
     start = time.perf_counter()
@@ -256,7 +259,7 @@ def capture(
             CaptureMode(lifter),
             binder,  # inside capture: what a plugin records while binding is part of the trace
             reads,
-            blocks_recorded(list(block_modules)),
+            blocks_recorded(list(block_modules), reuse=capture_blocks_once),
         ):
             out = fn(*proxy_args, **proxy_kwargs)
         out, epilogue, changed = builder.objects.epilogue(out, _is_plain)

@@ -98,6 +98,7 @@ class ThunderFunction:
         signature_of=None,
         reuse_blocks: bool = True,
         dynamic: bool | None = None,
+        capture_blocks_once: bool = False,
         arguments: dict | None = None,
         remake=None,
     ):
@@ -114,6 +115,7 @@ class ThunderFunction:
             "cache": cache,
             "reuse_blocks": reuse_blocks,
             "dynamic": dynamic,
+            "capture_blocks_once": capture_blocks_once,
         }
         self._dynamic = dynamic
         self._fixed_dims: set[tuple[int, int]] = set()  # (tensor index, dim) the program specialized
@@ -123,6 +125,7 @@ class ThunderFunction:
         self._state = state  # for modules: supplies parameters and buffers as extra inputs
         self._guarded = cache == "guarded"
         self._reuse_blocks = reuse_blocks
+        self._capture_blocks_once = capture_blocks_once
         self._guard_root = fn if guard_root is None else guard_root
         # key -> (guard check or None, callable, Compiled): the entry tried first for that key.
         self._cache: dict[tuple, tuple] = {}
@@ -436,6 +439,7 @@ class ThunderFunction:
             job=self._job,
             guard_builder=builder,
             block_modules=self._block_modules() if symbolic_sizes is None else (),
+            capture_blocks_once=self._capture_blocks_once,
             symbolic_sizes=symbolic_sizes,
         )
         if builder is not None:
@@ -551,7 +555,7 @@ def job_from_arguments(arguments: dict):
 def jit_options(arguments: dict) -> dict:
     return {
         key: arguments[key]
-        for key in ("recompile_limit", "cache", "reuse_blocks", "dynamic")
+        for key in ("recompile_limit", "cache", "reuse_blocks", "dynamic", "capture_blocks_once")
         if key in arguments
     }
 

@@ -149,12 +149,15 @@ def compile_function(
     job=None,
     guard_builder=None,
     block_modules=(),
+    capture_blocks_once: bool = False,
     symbolic_sizes=None,
 ) -> Compiled:
     """Capture ``fn`` on these arguments, transform and lower the trace, and compile it.
 
     Calls of ``block_modules`` (a model's repeated layers) that do the same thing share one
-    transformed and compiled block (``thunder_core.jit.blocks``).
+    transformed and compiled block (``thunder_core.jit.blocks``); with ``capture_blocks_once``,
+    a call that would do what an earlier one did is captured without running its Python
+    (``thunder_core.capture.block_reuse``).
 
     Inside ``torch.autocast``, the program is captured and compiled with autocast off and
     autocast's casts become explicit ops of the trace (so every executor sees the dtypes that
@@ -174,6 +177,7 @@ def compile_function(
             extra_binder=extra_binder,
             guard_builder=guard_builder,
             block_modules=block_modules,
+            capture_blocks_once=capture_blocks_once,
             symbolic_sizes=symbolic_sizes,
         )
         if guard_builder is not None:
