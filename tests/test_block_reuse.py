@@ -138,7 +138,11 @@ def test_a_layer_reading_attributes_by_computed_names_is_compared_on_every_attri
     assert _first_call_runs(model, torch.randn(2, 8), Indexed.forward.__code__)[0] == 2
 
 
-SETTINGS = SimpleNamespace(factor=1.0)
+class Settings:  # a class used as a namespace of settings
+    factor = 1.0
+
+
+CONFIG = SimpleNamespace(factor=1.0)  # the global the layers read; each test sets what it is
 
 
 class ReadsAGlobal(nn.Module):
@@ -147,7 +151,7 @@ class ReadsAGlobal(nn.Module):
         self.linear = nn.Linear(8, 8)
 
     def forward(self, x):
-        return self.linear(x) * SETTINGS.factor
+        return self.linear(x) * CONFIG.factor
 
 
 class ChangesTheGlobal(nn.Module):
@@ -157,15 +161,17 @@ class ChangesTheGlobal(nn.Module):
 
     def forward(self, x):
         for i, block in enumerate(self.blocks):
-            SETTINGS.factor = float(i + 1)  # what the next layer reads changes between layers
+            CONFIG.factor = float(i + 1)  # what the next layer reads changes between layers
             x = block(x)
         return x
 
 
-def test_a_global_the_layer_reads_that_changes_between_layers_makes_them_differ():
+@pytest.mark.parametrize("holder", [SimpleNamespace(factor=1.0), Settings], ids=["object", "class"])
+def test_a_global_the_layer_reads_that_changes_between_layers_makes_them_differ(holder, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "CONFIG", holder)
     torch.manual_seed(0)
     model = ChangesTheGlobal()
-    x = torch.randn(2, 8)
+    x = torch.randn(2, 8, requires_grad=True)
     jmodel = thunder_core.jit(model, capture_blocks_once=True)
     with counting_calls(ReadsAGlobal.forward.__code__) as counts:
         out = jmodel(x)
@@ -332,35 +338,6 @@ class SkipFromTheInput(Stack):
 def test_a_layer_given_the_same_tensor_twice_is_not_the_template_of_one_given_two():
     torch.manual_seed(0)
     _same_as_eager(SkipFromTheInput([TwoInputs() for _ in range(3)]), torch.randn(2, 8, requires_grad=True))
-
-
-class Settings:
-    factor = 1.0
-
-
-class ReadsAClassAttribute(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.linear(x) * Settings.factor
-
-
-class SetsTheClassAttribute(Stack):
-    def forward(self, x):
-        for i, block in enumerate(self.blocks):
-            Settings.factor = float(i + 1)
-            x = block(x)
-        return x
-
-
-def test_a_class_attribute_changed_between_layers_makes_them_differ():
-    torch.manual_seed(0)
-    _same_as_eager(
-        SetsTheClassAttribute([ReadsAClassAttribute() for _ in range(3)]),
-        torch.randn(2, 8, requires_grad=True),
-    )
 
 
 class WritesItsCache(nn.Module):

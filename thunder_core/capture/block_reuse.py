@@ -13,21 +13,30 @@ silent wrong result. Compared between the template's call and the layer's:
 - the module trees: the same submodule names and classes, no instance ``forward``, no hooks on
   either; parameters and buffers of the same names and metadata (shape, strides, dtype,
   device, requires_grad);
-- every other instance attribute of every submodule, by value (numbers, strings, dtypes, and
-  tuples, lists, dicts and plain objects of them, walked), other objects and tensors by
-  identity. An attribute whose value differs is tolerated only when it is a number, string or
-  None that no code run during the template's call names (``block_idx`` set in ``__init__``
-  and never read by ``forward``), and only when no user code run during it reads attributes
-  by computed names (``getattr``, ``vars``, ``__dict__``, ``setattr``);
-- the arguments: tensors by metadata, everything else by value as above;
-- the globals that the code run during the template's call reads, and torch's ambient state
-  (grad mode, autocast, default dtype and device, function modes).
+- every other instance attribute of every submodule, and the plain class attributes of their
+  classes (torch's left out), by value (numbers, strings, dtypes, and tuples, lists, dicts and
+  plain objects of them, walked), other objects and tensors by identity. An attribute whose
+  value differs is tolerated only when it is a number, string, bool or None that no code run
+  during the template's call names (``block_idx`` set in ``__init__`` and never read by
+  ``forward``), and only when no user code run during it reads attributes by computed names
+  (``getattr``, ``vars``, ``__dict__``, ``setattr``, ...);
+- the arguments: tensors by metadata and by which of them are the same tensor, everything else
+  by value as above;
+- the globals that the user code run during the template's call reads, with the attributes it
+  reads right after them (``Settings.factor``), and torch's ambient state (grad mode, autocast,
+  default dtype and device, the types of the active function modes); no global module hook may
+  be registered.
 
 The template itself must leave no trace outside its operations: it may not change an
-attribute of any of its submodules or a global its code reads (compared before and after its
-call), take Python objects other than tensors, numbers, strings and containers of them as
-arguments, return anything but those, or record random draws or other effects (each layer's
-draw must be its own); in-place updates are copied onto the layer's own tensors.
+attribute of any of its submodules, a global its code reads or an argument (a dict it writes
+to), compared before and after its call; take Python objects other than tensors, numbers,
+strings and containers of them as arguments, or return anything but those; call a closure of
+the user's (its cells are not compared); or record random draws or other effects (each layer's
+draw must be its own). In-place updates are copied onto the layer's own tensors.
+
+What no comparison of state sees is code whose result depends on which module object runs it
+(``id(self)``, ``self is model.layers[0]``, a dict keyed by module): that is why reuse is
+opt-in (``jit(model, capture_blocks_once=True)``).
 """
 
 from __future__ import annotations
@@ -41,15 +50,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from thunder_core.capture.reads import global_chains, is_user_code
+from thunder_core.capture.reads import (
+    GLOBAL_MODULE_HOOKS,
+    MODULE_HOOKS,
+    OPAQUE_MODULES,
+    global_chains,
+    is_user_code,
+)
 from thunder_core.ir.proxies import PROXY_TYPES, NumberProxy, ObjectProxy, TensorProxy
 from thunder_core.ir.symbols import EFFECT, RANDOM, BoundSymbol
 from thunder_core.ir.tree import leaves, tree_map
 
 _MAX_NODES = 20_000
-_OPAQUE_MODULES = frozenset(
-    {"logging", "threading", "_thread", "multiprocessing", "concurrent", "asyncio", "io"}
-)
 MAX_TEMPLATES = 4  # distinct kinds of one block class kept per capture (alternating layer types)
 _WALK_DEPTH = 6  # how deep containers and plain objects reached from a block are compared
 
@@ -60,12 +72,7 @@ _DYNAMIC_READS = frozenset({
     "getattr", "hasattr", "setattr", "vars", "dir", "__dict__", "__getattribute__", "attrgetter", "getmembers",
     "getattr_static", "__getstate__", "__reduce__", "__reduce_ex__", "asdict", "astuple", "copy", "deepcopy",
 })  # fmt: skip
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-          "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called")  # fmt: skip
-_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                 "_global_backward_pre_hooks", "_global_forward_hooks_with_kwargs",
-                 "_global_forward_hooks_always_called")  # fmt: skip
-_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules", *_HOOKS})
+_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules", *MODULE_HOOKS})
 
 
 class _Different(Exception):
@@ -85,7 +92,7 @@ def _value(x, depth: int = 0, budget: list | None = None):
         depth >= _WALK_DEPTH
         or isinstance(x, (torch.Tensor, nn.Module, types.ModuleType, type))
         or callable(x)
-        or type(x).__module__.split(".")[0] in _OPAQUE_MODULES
+        or type(x).__module__.split(".")[0] in OPAQUE_MODULES
     ):
         return ("id", id(x))
     if isinstance(x, (tuple, list)):
@@ -120,7 +127,7 @@ def _module_state(block: nn.Module) -> dict[tuple[str, str], object]:
         attributes = vars(sub)
         forward = attributes.get("forward")
         if (forward is not None and not getattr(forward, "records_a_block", False)) or any(
-            attributes.get(h) for h in _HOOKS
+            attributes.get(h) for h in MODULE_HOOKS
         ):
             raise _Different(f"{path or 'the block'} has hooks or an instance forward")
         state[(path, "<class>")] = type(sub)
@@ -238,7 +245,7 @@ def _modes() -> tuple:
 def _global_hooks() -> bool:
     """Whether a module hook is registered for every module (it may treat layers differently)."""
     tables = torch.nn.modules.module
-    return any(getattr(tables, name, None) for name in _GLOBAL_HOOKS)
+    return any(getattr(tables, name, None) for name in GLOBAL_MODULE_HOOKS)
 
 
 def _ambient() -> object:
@@ -278,7 +285,6 @@ _MISSING = object()
 class Template:
     """One block call whose operations later calls of the same kind reuse."""
 
-    module_class: type
     state: dict
     arguments: tuple
     argument_proxies: list
@@ -297,7 +303,6 @@ class BlockTemplates:
 
     def __init__(self):
         self._templates: dict[type, list[Template]] = {}
-        self.reused = 0  # block calls whose Python did not run
 
     def can_record(self, module: nn.Module) -> bool:
         return len(self._templates.get(type(module), ())) < MAX_TEMPLATES
@@ -361,7 +366,6 @@ class BlockTemplates:
         dynamic = any(_DYNAMIC_READS & set(code.co_names) for code in run.user_globals)
         attributes = {k[1] for k in before if not k[1].startswith("<") and k[1] not in _MODULE_TABLES}
         template = Template(
-            module_class=type(module),
             state=before,
             arguments=arguments,
             argument_proxies=argument_proxies,
@@ -377,9 +381,9 @@ class BlockTemplates:
         self._templates.setdefault(type(module), []).append(template)
         return recorded
 
-    def copy(self, template: Template, module: nn.Module, args: tuple, kwargs: dict, new_proxy: Callable):
-        """The template's operations on ``module``'s tensors and these arguments:
-        ``(output, bound_symbols, inputs)``."""
+    def copy(self, template: Template, module: nn.Module, args: tuple, kwargs: dict, recorder):
+        """The template's operations on ``module``'s tensors and these arguments, with new
+        proxies of ``recorder`` for what they compute: ``(output, bound_symbols, inputs)``."""
         _, proxies = _arguments(args, kwargs)
         mapping: dict[int, object] = {}
         for old, new in zip(template.argument_proxies, proxies):
@@ -392,7 +396,7 @@ class BlockTemplates:
             for b in bsyms:
                 for p in b.flat_outputs():
                     if id(p) not in mapping:
-                        mapping[id(p)] = _fresh_like(p, new_proxy)
+                        mapping[id(p)] = _fresh_like(p, recorder)
                 fresh(b.subsymbols)
 
         for p in template.inputs:  # what every layer reads alike (updated in place, say) stays itself
@@ -401,7 +405,6 @@ class BlockTemplates:
         bound_symbols = [b.substitute(mapping) for b in template.bound_symbols]
         inputs = [mapping.get(id(p), p) for p in template.inputs]
         output = tree_map(lambda x: mapping.get(id(x), x), template.output)
-        self.reused += 1
         return output, bound_symbols, inputs
 
 
@@ -415,15 +418,15 @@ def _tolerable(value) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and value[0] in (int, float, str, bool, type(None))
 
 
-def _fresh_like(p, new_proxy: Callable):
+def _fresh_like(p, recorder):
     if isinstance(p, TensorProxy):
-        copy = new_proxy(p.shape, p.dtype, p.device, p.requires_grad, p.stride())
+        copy = recorder.new_proxy(p.shape, p.dtype, p.device, p.requires_grad, p.stride())
         for key, value in vars(p).items():
             if key != "_proxy_name":
                 setattr(copy, key, value)
         return copy
     if isinstance(p, NumberProxy):
-        return NumberProxy(new_proxy.__self__.namer(), p.value)
+        return NumberProxy(recorder.namer(), p.value)
     if isinstance(p, ObjectProxy):
-        return ObjectProxy(new_proxy.__self__.namer())
+        return ObjectProxy(recorder.namer())
     return p

@@ -3,11 +3,12 @@
 A transformer is N copies of one block in an ``nn.ModuleList`` or ``nn.Sequential``. While a
 module is captured, each call of such a block records a ``block`` bound symbol whose
 subsymbols are the block's operations, so that later passes can transform and compile each
-distinct block once (``thunder_core.jit.blocks``). A block whose call would do exactly what an
-earlier block's call did (the same class, state, arguments and ambient state: see
-``thunder_core.capture.block_reuse``) does not run its Python: the earlier call's operations
-are copied onto its own tensors. The recorded operations still decide later which calls are
-compiled as one block.
+distinct block once (``thunder_core.jit.blocks``). Each block runs its own Python during
+capture, unless the capture reuses blocks (``jit(model, capture_blocks_once=True)``): then a
+block whose call would do exactly what an earlier block's call did (the same class, state,
+arguments and ambient state: see ``thunder_core.capture.block_reuse``) does not run its Python,
+and the earlier call's operations are copied onto its own tensors. The recorded operations
+still decide later which calls are compiled as one block.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _recorded(module: nn.Module, forward, symbol: Symbol):
         templates = _templates.get()
         template = templates.matching(module, args, kwargs) if templates is not None else None
         if template is not None:  # the same block as one captured before: its Python need not run
-            out, bound_symbols, inputs = templates.copy(template, module, args, kwargs, outer.new_proxy)
+            out, bound_symbols, inputs = templates.copy(template, module, args, kwargs, outer)
             progress.count("blocks reused")  # of the blocks captured: copied, their Python not run
         else:
 

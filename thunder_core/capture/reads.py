@@ -45,6 +45,16 @@ _NEVER_USER = tuple(
 )
 _STDLIB = tuple({sysconfig.get_paths()["stdlib"] + os.sep, os.path.dirname(os.__file__) + os.sep})
 _INSTALLED = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+# A module's hook tables, and those for every module (torch.nn.modules.module): what a forward
+# runs besides its own code.
+MODULE_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+                "_backward_pre_hooks")  # fmt: skip
+GLOBAL_MODULE_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                       "_global_backward_pre_hooks", "_global_forward_hooks_with_kwargs",
+                       "_global_forward_hooks_always_called")  # fmt: skip
+# Objects of these modules hold machinery (locks, handlers, streams), not program values.
+OPAQUE_MODULES = ("logging", "threading", "_thread", "multiprocessing", "concurrent", "asyncio", "io")
 _GLOBAL_LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
 _ATTR_LOADS = {"LOAD_ATTR", "LOAD_METHOD"}
 

@@ -145,9 +145,8 @@ def _compile(executor, region: Region, impure: bool) -> Callable:
     try:
         fallback = torch_fallback(region)
         executor.prepare_compiles()
-    except (
-        SymbolicSizeError
-    ) as error:  # its code reads a size its inputs do not carry: no executor compiles it
+    except SymbolicSizeError as error:
+        # Its code reads a size that its inputs do not carry: no executor can compile it apart.
         raise RegionNotSupported(f"{executor.name}: {error}") from error
     except Exception:  # noqa: BLE001 - the region cannot run as it is: its compile says why, now
         return compile_now(executor, region)

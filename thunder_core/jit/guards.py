@@ -44,7 +44,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from thunder_core.capture.reads import generator_state, same_generator_state
+from thunder_core.capture.reads import (
+    GLOBAL_MODULE_HOOKS,
+    MODULE_HOOKS,
+    OPAQUE_MODULES,
+    generator_state,
+    same_generator_state,
+)
 from thunder_core.errors import CaptureError
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "(absent)"})()
@@ -77,25 +83,9 @@ _MODULE_INTERNALS = frozenset(
         "_compiled_call_impl",
     }
 )
-_MODULE_HOOKS = (
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-)
-_GLOBAL_HOOKS = (
-    "_global_forward_hooks",
-    "_global_forward_pre_hooks",
-    "_global_backward_hooks",
-    "_global_backward_pre_hooks",
-    "_global_forward_hooks_with_kwargs",
-    "_global_forward_hooks_always_called",
-)
-# Objects of these modules hold machinery (locks, handlers, streams), not program values.
-_OPAQUE_MODULES = ("logging", "threading", "_thread", "multiprocessing", "concurrent", "asyncio", "io")
+_MODULE_HOOKS = MODULE_HOOKS
+_GLOBAL_HOOKS = GLOBAL_MODULE_HOOKS
+_OPAQUE_MODULES = OPAQUE_MODULES
 # Python modules whose attributes are not guarded (they do not change under a program).
 _STABLE_MODULES = frozenset(sys.stdlib_module_names) | {"torch", "thunder_core", "numpy", "typing_extensions"}
 MAX_CHECKS = 50_000

@@ -142,9 +142,9 @@ def _force_layout(result: torch.Tensor, strides: tuple) -> torch.Tensor:
 
 
 def _may_differ(result, strides: tuple) -> bool:
-    """Whether Inductor may lay out ``result`` otherwise than ``strides``: when they differ, and
-    always for symbolic sizes (compiled through AOTAutograd, which does not keep the traced
-    output strides)."""
+    """Whether Inductor may lay out ``result`` otherwise than ``strides``: when they differ for the
+    traced sizes, and always when sizes are symbolic (equal strides for the traced sizes need not
+    be equal for others; forcing an order that already holds adds nothing to the kernel)."""
     if not isinstance(result, torch.Tensor):
         return False
     return any(isinstance(s, torch.SymInt) for s in strides) or _hints(result.stride()) != _hints(strides)
