@@ -11,7 +11,10 @@ A transformer is N copies of one block; thunder_core compiles each distinct bloc
 step itself, the floor any backend pays), torch.compile, thunder_core with its default
 executors, with ``capture_blocks_once=True`` (a layer that would do what an earlier one did is
 captured without running its Python) and with ``reuse_blocks=False``. "warm" runs with the compile caches
-an earlier identical process left on disk; "cold" with empty Inductor and Numba caches.
+an earlier identical process left on disk (Inductor's and Numba's; thunder_core's own disk cache
+empty); "cold" with empty Inductor and Numba caches; "disk" (thunder_core only) also with the
+traces and executor choices an earlier identical process stored in thunder_core's disk cache
+(``THUNDER_CORE_CACHE_DIR``).
 
     python benchmarks/compile_time.py                   # 2, 8, 24 layers, warm and cold
     python benchmarks/compile_time.py --layers 2,24 --rounds 3
@@ -145,6 +148,13 @@ def main() -> None:
                 row["warm"] = statistics.median(
                     _run(backend, layers, warm_env)["first_call_s"] for _ in range(args.rounds)
                 )
+                if backend.startswith("thunder_core"):
+                    with tempfile.TemporaryDirectory() as traces:
+                        disk_env = {**warm_env, "THUNDER_CORE_CACHE_DIR": traces}
+                        _run(backend, layers, disk_env)  # a first process leaves its traces on disk
+                        row["disk"] = statistics.median(
+                            _run(backend, layers, disk_env)["first_call_s"] for _ in range(args.rounds)
+                        )
                 results[(backend, layers)] = row
     print(
         f"First call (wrap + forward + backward) of litgpt GPT, width {WIDTH}, batch {BATCH} x {LENGTH} tokens, "
@@ -174,6 +184,18 @@ def main() -> None:
             print(
                 f"{backend} above eager, {deep} layers / {shallow} layers ({column}): {above[deep] / above[shallow]:.2f}x"
             )
+    print(
+        "A later process with thunder_core's disk cache warm too (the traces and executor choices an "
+        "earlier identical process stored; torch.compile's warm figure already has its caches warm):"
+    )
+    for backend in BACKENDS:
+        if "disk" in results[(backend, depths[0])]:
+            cells = "".join(f"{results[(backend, n)]['disk']:16.2f}s" for n in depths)
+            print(f"{backend:40s}{cells}")
+    for n in depths:
+        eager = results[("eager", n)]["warm"]
+        disk = results[("thunder_core", n)]["disk"]
+        print(f"{n:>2d} layers: thunder_core with warm disk cache / eager's first step: {disk / eager:5.2f}x")
     print(
         "thunder_core growth from the shallowest to the deepest model, above eager: "
         + ", ".join(

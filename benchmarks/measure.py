@@ -15,6 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -108,14 +109,20 @@ def run_isolated(script: str, *args: str, for_memory: bool = False, env: dict | 
 
     ``for_memory`` sets ``MALLOC_MMAP_THRESHOLD_`` so freed tensors return to the OS and the
     resident set follows live tensors; it slows allocation down, so timings are taken in a
-    separate run without it. ``env`` adds environment variables.
+    separate run without it. ``env`` adds environment variables. Unless ``env`` names a
+    ``THUNDER_CORE_CACHE_DIR``, each run gets an empty one of its own, so that no run reuses the
+    traces an earlier run left on disk.
     """
-    env = {**os.environ, **(env or {})}
+    given = env or {}
+    env = {**os.environ, **given}
     if for_memory:
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
-    done = subprocess.run(
-        [sys.executable, script, *args], env=env, capture_output=True, text=True, check=False
-    )
+    with tempfile.TemporaryDirectory() as empty:
+        if "THUNDER_CORE_CACHE_DIR" not in given:
+            env["THUNDER_CORE_CACHE_DIR"] = empty
+        done = subprocess.run(
+            [sys.executable, script, *args], env=env, capture_output=True, text=True, check=False
+        )
     if done.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -25,7 +25,7 @@ SURFACE = {"thunder_core", "thunder_core.extend", "thunder_core.plugins"}
 
 # Lowest first. A module's layer is that of its longest matching prefix.
 LAYERS = [
-    ("_version", "errors", "progress"),
+    ("_version", "errors", "progress", "disk_cache"),
     ("ir",),
     ("ops",),
     ("capture",),

@@ -7,6 +7,7 @@ runs it as generated Python that calls the executors' implementations.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
@@ -22,6 +23,7 @@ from thunder_core.inspection import cache_info, last_backward_traces, last_block
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule, jit_method
+from thunder_core.plugins.config import DEFAULT_CACHE_DIR
 from thunder_core.plugins.errors import ConfigError, PluginError
 
 __all__ = [
@@ -74,6 +76,7 @@ def jit(
     reuse_blocks: bool = True,
     dynamic: bool | None = None,
     capture_blocks_once: bool = False,
+    cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR,
 ):
     """Compile a function of tensors, or an ``nn.Module`` (or a module's bound method:
     ``model.forward = thunder_core.jit(model.forward)`` is cached like ``jit(model)``).
@@ -122,10 +125,15 @@ def jit(
     that changed symbolic (``s0`` in the printed trace), and that program serves every later
     size its size guards accept; ``dynamic=True`` makes every dimension of the arguments
     symbolic from the first call, ``dynamic=False`` compiles each new size.
+
+    Captured traces are kept on disk for later processes (``cache_dir``; by default
+    ``THUNDER_CORE_CACHE_DIR``, the config file's ``cache_dir``, else thunder_core's folder in the
+    user's cache directory; ``cache_dir=None`` turns it off): a new process whose call, code and
+    guarded Python values match a stored trace skips capturing (``cache_info(...).disk_hits``).
     """
     arguments = {"executors": executors, "plugins": plugins, "options": options, "disable": disable,
                  "select": select, "compile_in_background": compile_in_background, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks,
-                 "dynamic": dynamic, "capture_blocks_once": capture_blocks_once}  # fmt: skip
+                 "dynamic": dynamic, "capture_blocks_once": capture_blocks_once, "cache_dir": cache_dir}  # fmt: skip
     if isinstance(fn, nn.Module):
         return ThunderModule.from_arguments(fn, arguments)
     if inspect.ismethod(fn) and isinstance(fn.__self__, nn.Module):  # model.forward = jit(model.forward)

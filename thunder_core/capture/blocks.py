@@ -54,8 +54,8 @@ def repeated_blocks(root: nn.Module) -> list[nn.Module]:
     return found
 
 
-def _block_symbol(module: nn.Module) -> Symbol:
-    name = type(module).__name__
+def block_symbol(name: str) -> Symbol:
+    """The symbol of a recorded call of a block of class ``name`` (replaced before any trace runs)."""
 
     def unreachable(*args, **kwargs):
         raise RuntimeError("a recorded block call is replaced before the trace runs")
@@ -119,7 +119,7 @@ def blocks_recorded(modules: list[nn.Module], *, reuse: bool = False):
     token = _templates.set(templates)
     try:
         for module in modules:
-            module.forward = _recorded(module, module.forward, _block_symbol(module))
+            module.forward = _recorded(module, module.forward, block_symbol(type(module).__name__))
             patched.append(module)
         yield templates
     finally:

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from thunder_core.executors import decisions
 from thunder_core.executors.background import BackgroundCompile, compiles_pending, in_background
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, has_symbolic_sizes
 from thunder_core.executors.caches import ColdInputs
@@ -84,11 +85,14 @@ class Selection:
     seconds: dict[str, float]
     failed: dict[str, str]
     earlier: bool = False  # taken from an identical claim measured before in this process
+    stored: bool = False  # taken from the on-disk cache: measured by an earlier process
 
     def __str__(self) -> str:
         timings = ", ".join(f"{name} {s * 1e6:.1f} us" for name, s in self.seconds.items())
         failed = "".join(f"; {name} failed: {why}" for name, why in self.failed.items())
         where = " (measured on an identical claim earlier)" if self.earlier else ""
+        if self.stored:
+            where = " (measured by an earlier process on this machine, from the disk cache)"
         return f"measured {timings}{where}: {self.chosen} kept{failed}"
 
 
@@ -154,6 +158,7 @@ class Measured:
         self._key = key
         self._strict = _strict.get()
         self._background = in_background()  # alternatives are compiled once the worker is idle
+        self._store = decisions.current_store()  # choices of earlier processes, on disk
         self._slots: list[tuple[dict, str]] = []
         self.selection: Selection | None = None
         self.failure: str | None = None  # set when the claimed executor failed and torch runs it
@@ -194,6 +199,10 @@ class Measured:
         """The winner of an identical claim measured earlier, compiled and run; None if there is
         none or it fails here (then every candidate is measured)."""
         earlier = _DECISIONS.get(self._key) if self._key is not None else None
+        if earlier is None and self._key is not None and self._store is not None:
+            stored = decisions.load(self._store, self._key)
+            if stored is not None:
+                earlier = Selection(stored[0], stored[1], {}, stored=True)
         candidate = next((c for c in self.candidates if earlier and c.name == earlier.chosen), None)
         if candidate is None:
             return None
@@ -202,7 +211,7 @@ class Measured:
             result = fn(*args, **kwargs)
         except Exception:  # noqa: BLE001 - measured afresh, which reports the failure properly
             return None
-        return replace(earlier, earlier=True), fn, result
+        return (earlier if earlier.stored else replace(earlier, earlier=True)), fn, result
 
     def _claim_as_made(self) -> Callable:
         """The claim, run without measuring while the program's compiles are in the background:
@@ -250,6 +259,8 @@ class Measured:
             if len(_DECISIONS) >= MAX_DECISIONS:
                 _DECISIONS.clear()  # keys hold executors: never grow without bound
             _DECISIONS[self._key] = self.selection
+            if self._store is not None:
+                decisions.save(self._store, self._key, chosen, seconds)
         self._bind(ready[chosen])
         return result
 

@@ -13,8 +13,10 @@ from typing import NamedTuple
 
 import torch
 
+from thunder_core.disk_cache import DiskCache, open_disk_cache
 from thunder_core.errors import CaptureError
 from thunder_core.executors.background import compiling_in_background, wants_background
+from thunder_core.executors.decisions import decisions_kept_in
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
@@ -28,7 +30,9 @@ from thunder_core.jit.dynamic import (
     fits,
 )
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
+from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
+from thunder_core.jit.trace_data import NotPersistable
 from thunder_core.progress import compiling
 
 Tensor = torch.Tensor
@@ -55,6 +59,7 @@ class CacheInfo(NamedTuple):
     misses: int
     entries: int
     reasons: tuple[str, ...] = ()
+    disk_hits: int = 0  # entries whose captured trace came from the on-disk cache
 
 
 def _positional_names(fn) -> list[str]:
@@ -136,6 +141,7 @@ class ThunderFunction:
         self._hits = 0
         self._misses = 0
         self._rebinds = 0  # misses served by an entry re-validated for replaced submodules
+        self._disk_hits = 0
         self._last: Compiled | None = None
         self._warned = False
         self._eager_reason: str | None = None  # set when the program cannot be guarded cheaply
@@ -296,7 +302,9 @@ class ThunderFunction:
                 stacklevel=3,
             )
             return self._fn(*args, **kwargs)
-        compiled.reason = reason + (f"; {compiled.sizes_note}" if compiled.sizes_note else "")
+        compiled.reason = "; ".join(
+            part for part in (reason, compiled.sizes_note, compiled.disk_note) if part
+        )
         self._variants.setdefault(key, []).append(compiled)
         self._entries.append(compiled)
         self._descriptions.append(description)
@@ -329,7 +337,7 @@ class ThunderFunction:
         builder.mark_tree_walked()
         for compiled, failures in reversed(variants):
             if rebind(compiled.guard_tokens, compiled.guard_tree_checks, failures, builder):
-                compiled.guard = CompositeGuard(builder.build(), compiled.captured_guard)
+                compiled.guard = CompositeGuard(builder.build(), compiled.captured_guard())
                 compiled.guard_tokens = builder.tokens
                 self._rebinds += 1
                 return compiled
@@ -397,7 +405,7 @@ class ThunderFunction:
                 from thunder_core.capture.symbolic import SymbolicSizes
 
                 try:
-                    compiled = self._compile_now(args, kwargs, SymbolicSizes(by_position(dims, leaves)))
+                    compiled = self._compile_now(args, kwargs, key, SymbolicSizes(by_position(dims, leaves)))
                 except TooMuchState:
                     raise
                 except Exception as error:  # noqa: BLE001 - compiled with fixed sizes instead, said in reasons
@@ -416,11 +424,11 @@ class ThunderFunction:
                     compiled.key = key
                     compiled.sizes_note = f"sizes fixed: the program specializes {described}"
                     return compiled
-            compiled = self._compile_now(args, kwargs)
+            compiled = self._compile_now(args, kwargs, key)
             compiled.key, compiled.sizes_note = key, failed
             return compiled
 
-    def _compile_now(self, args, kwargs, symbolic_sizes=None) -> Compiled:
+    def _compile_now(self, args, kwargs, key, symbolic_sizes=None) -> Compiled:
         builder = None
         if self._guarded:
             builder = GuardBuilder()
@@ -429,7 +437,32 @@ class ThunderFunction:
             builder.ambient_state()
             builder.contents(self._guard_root, _root_name(self._guard_root))
             builder.mark_tree_walked()
-        compiled = compile_function(
+        disk, material, restored, note = None, None, None, ""
+        if builder is not None and symbolic_sizes is None:
+            disk, material = self._disk_key(key)
+        if material is not None:
+            restored, note = restore(disk, material, builder)
+        with decisions_kept_in(self._cache_dir()):
+            compiled = self._compile_function(args, kwargs, builder, symbolic_sizes, restored)
+        if builder is not None:
+            compiled.guard = builder.build()
+            compiled.guard_tokens = builder.tokens
+            compiled.guard_tree_checks = builder.tree_checks
+            compiled.captured_guard = functools.cache(builder.build_captured_part)  # built if rebinding
+            if restored is None:  # a stored trace was captured by a process whose capture changed nothing
+                check_side_effects(compiled, builder.namespaces)
+        if restored is not None:
+            self._disk_hits += 1
+            note = "captured trace from the disk cache"
+        elif material is not None:
+            not_stored = save(disk, material, compiled, builder)
+            if not_stored:
+                compiled.notes.append(not_stored)
+        compiled.disk_note = note
+        return compiled
+
+    def _compile_function(self, args, kwargs, builder, symbolic_sizes, restored) -> Compiled:
+        return compile_function(
             self._fn,
             args,
             kwargs,
@@ -441,14 +474,26 @@ class ThunderFunction:
             block_modules=self._block_modules() if symbolic_sizes is None else (),
             capture_blocks_once=self._capture_blocks_once,
             symbolic_sizes=symbolic_sizes,
+            restored=restored,
         )
-        if builder is not None:
-            compiled.guard = builder.build()
-            compiled.guard_tokens = builder.tokens
-            compiled.guard_tree_checks = builder.tree_checks
-            compiled.captured_guard = builder.build_captured_part()
-            check_side_effects(compiled, builder.namespaces)
-        return compiled
+
+    def _cache_dir(self) -> str | None:
+        config = self._job.config if self._job is not None else None
+        return config.cache_dir if config is not None else None
+
+    def _disk_key(self, key) -> tuple[DiskCache | None, dict | None]:
+        """The on-disk cache of this job and what this call's entry is keyed on; (None, None) when
+        the cache is off or the call cannot be described across processes."""
+        directory = self._cache_dir()
+        disk = open_disk_cache(directory, "traces") if directory is not None else None
+        if disk is None:
+            return None, None
+        state = [name for name, _ in self._state.named_tensors()] if self._state is not None else []
+        options = {k: v for k, v in self._options.items() if k != "job"}
+        try:
+            return disk, key_material(self._guard_root, key, self._names, state, options, self._job)
+        except NotPersistable:
+            return None, None
 
     def _block_modules(self) -> list:
         if not self._reuse_blocks or not isinstance(self._guard_root, torch.nn.Module):
@@ -511,7 +556,13 @@ class ThunderFunction:
 
     # Inspection.
     def cache_info(self) -> CacheInfo:
-        return CacheInfo(self._hits, self._misses, len(self._entries), tuple(c.reason for c in self._entries))
+        return CacheInfo(
+            self._hits,
+            self._misses,
+            len(self._entries),
+            tuple(c.reason for c in self._entries),
+            self._disk_hits,
+        )
 
     def last_compiled(self) -> Compiled | None:
         return self._last
@@ -542,13 +593,14 @@ def _remade(remake, fn):
 
 def job_from_arguments(arguments: dict):
     """The job ``thunder_core.jit``'s arguments select, with the environment and the config file."""
-    from thunder_core.plugins.config import resolve
+    from thunder_core.plugins.config import DEFAULT_CACHE_DIR, resolve
     from thunder_core.plugins.job import build_job
 
     selection = {
         key: arguments.get(key)
         for key in ("executors", "plugins", "options", "disable", "select", "compile_in_background")
     }
+    selection["cache_dir"] = arguments.get("cache_dir", DEFAULT_CACHE_DIR)
     return build_job(resolve(**selection))
 
 

@@ -267,6 +267,10 @@ class GuardBuilder:
         self.tokens: list[tuple] = []
         self.random_generators: list = []  # (NumPy generator, its state when found, where)
         self.tree_checks = 0  # how many checks come from the walk of the roots (``mark_tree_walked``)
+        # What capture read, replayable in another process (the on-disk cache): per user code
+        # object first run, (its module's name, the global chains it loads); and its files.
+        self.global_reads: list[tuple[str, tuple]] = []
+        self.code_files: dict[str, None] = {}
 
     # Emitting checks.
     def bind(self, obj, prefix: str = "o") -> str:
@@ -321,8 +325,14 @@ class GuardBuilder:
         if value is MISSING:
             self._emit(expr, "v is MISSING", what, MISSING, covered_by=covered_by)
             return
-        kind = ("module", what, type(value)) if isinstance(value, nn.Module) else ("is", what, id(value))
-        self._emit(expr, f"v is {self.bind(value)}", what, _describe_object(value), kind, covered_by)
+        name = self.bind(value)
+        # The object and its bound name (the order it was first reached in) stay in the token for
+        # the on-disk cache, which compares two walks in different processes (``fingerprint``).
+        if isinstance(value, nn.Module):
+            kind = ("module", what, type(value), name)
+        else:
+            kind = ("is", what, id(value), value, name)
+        self._emit(expr, f"v is {name}", what, _describe_object(value), kind, covered_by)
 
     def condition(
         self, expr: str, condition: str, what: str, expected, covered_by: tuple[str, ...] = ()
@@ -530,10 +540,16 @@ class GuardBuilder:
                     self.value(f"{class_dict}.get({key!r}, MISSING)", item, where, depth, covered)
 
     # Roots.
-    def globals_of(self, code: types.CodeType, module_globals: dict, global_chains) -> None:
+    def globals_of(self, code: types.CodeType | None, module_globals: dict, global_chains) -> None:
         """Guard the globals (and attributes of Python modules) that ``code`` reads."""
         g = self.bind(module_globals, "g")
         module_name = module_globals.get("__name__", "?")
+        if code is not None:
+            filename = code.co_filename
+            if filename.startswith("<"):  # generated code (a dataclass's __init__): its module's file
+                filename = module_globals.get("__file__") or filename
+            self.code_files.setdefault(filename)
+            self.global_reads.append((module_name, tuple(global_chains)))
         if id(module_globals) not in self._walked:
             self._walked.add(id(module_globals))
             self.namespaces.append((module_globals, f"the globals of {module_name}"))

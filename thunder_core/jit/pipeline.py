@@ -51,7 +51,7 @@ class Compiled:
     # For re-validating the entry against a module tree with replaced submodules (guards.rebind):
     guard_tokens: list = field(default_factory=list)  # what each check of the tree walk pins down
     guard_tree_checks: int = 0
-    captured_guard: object = None  # the checks added while capturing, as a guard of their own
+    captured_guard: object = None  # () -> the checks added while capturing, as a guard of their own
     size_guard: object = None  # thunder_core.capture.symbolic.SizeGuard of a trace with symbolic sizes
     key: tuple = ()  # the cache key of the call it was compiled for
     symbolic_dims: dict = field(default_factory=dict)  # {tensor index among the inputs: symbolic dims}
@@ -59,6 +59,9 @@ class Compiled:
     epilogue: object = (
         None  # thunder_core.capture.objects.Epilogue: what to do to argument objects after a call
     )
+    captured: Trace | None = None  # the trace capture made (what the on-disk cache stores)
+    lifted: int = 0  # how many real tensors capture found outside the inputs (globals, closures)
+    disk_note: str = ""  # the on-disk cache: whether the captured trace came from it, or why not
 
 
 def _torch_only(job):
@@ -151,6 +154,7 @@ def compile_function(
     block_modules=(),
     capture_blocks_once: bool = False,
     symbolic_sizes=None,
+    restored: Trace | None = None,
 ) -> Compiled:
     """Capture ``fn`` on these arguments, transform and lower the trace, and compile it.
 
@@ -165,20 +169,27 @@ def compile_function(
 
     With ``symbolic_sizes`` (``thunder_core.capture.symbolic.SymbolicSizes``) the dimensions it
     names are symbolic, and the result's ``size_guard`` says which later inputs it holds for.
+
+    ``restored`` is a captured trace of this call from the on-disk cache
+    (``thunder_core.jit.persistent``): it is used instead of capturing.
     """
     ambient = ambient_autocast()
     with autocast_disabled(ambient), python_meta_kernels_without_dynamo():
-        captured, lifted = capture(
-            fn,
-            args,
-            kwargs,
-            positional_names=positional_names,
-            extra_inputs=extra_inputs,
-            extra_binder=extra_binder,
-            guard_builder=guard_builder,
-            block_modules=block_modules,
-            capture_blocks_once=capture_blocks_once,
-            symbolic_sizes=symbolic_sizes,
+        captured, lifted = (
+            (restored, [])
+            if restored is not None
+            else capture(
+                fn,
+                args,
+                kwargs,
+                positional_names=positional_names,
+                extra_inputs=extra_inputs,
+                extra_binder=extra_binder,
+                guard_builder=guard_builder,
+                block_modules=block_modules,
+                capture_blocks_once=capture_blocks_once,
+                symbolic_sizes=symbolic_sizes,
+            )
         )
         if guard_builder is not None:
             guard_builder.lifted_tensors(lifted)
@@ -192,6 +203,7 @@ def compile_function(
                 flat, lifted, job, ambient, block_inputs=block_input_names(captured.bound_symbols)
             )
     compiled.epilogue = captured.epilogue
+    compiled.captured, compiled.lifted = captured, len(lifted)
     if symbolic_sizes is not None:
         compiled.size_guard = symbolic_sizes.guard()  # after every pass: their size guards included
     if _keeps_cpu_memory(job) and any(

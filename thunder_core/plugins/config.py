@@ -3,7 +3,8 @@
 Precedence, highest first: ``jit(executors=..., plugins=..., options=...)``; the
 environment (``THUNDER_CORE_EXECUTORS``, ``THUNDER_CORE_PLUGINS``, ``THUNDER_CORE_DISABLE``,
 ``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``, ``THUNDER_CORE_SELECT``,
-``THUNDER_CORE_CPU_MEMORY``, ``THUNDER_CORE_COMPILE_IN_BACKGROUND``, ``THUNDER_CORE_PROGRESS``); the config file (the TOML file
+``THUNDER_CORE_CPU_MEMORY``, ``THUNDER_CORE_COMPILE_IN_BACKGROUND``, ``THUNDER_CORE_PROGRESS``,
+``THUNDER_CORE_CACHE_DIR``); the config file (the TOML file
 ``THUNDER_CORE_CONFIG`` names, else ``[tool.thunder-core]`` in the nearest pyproject.toml).
 """
 
@@ -35,6 +36,8 @@ CONFIG_KEYS = {
     'regions with torch while their executor compiles them on a worker thread; "always": the first too',
     "progress": '"auto" (default): a compile running for more than 2 s shows what it is doing when stderr '
     'is a terminal; "never": never; "always": wherever stderr goes',
+    "cache_dir": "where compiled traces are kept for later processes (default: thunder_core in the user's "
+    'cache directory); "off" turns the disk cache off',
     "cpu_memory": '"keep" (default): glibc keeps freed CPU memory for reuse (no page faults for a '
     'program\'s intermediates; process-wide, set by the first CPU program); "release": malloc as it is',
 }
@@ -43,6 +46,10 @@ CPU_MEMORY = ("keep", "release")
 BACKGROUND = ("never", "recompiles", "always")
 PROGRESS = ("auto", "never", "always")
 ENV_FLAGS = ("1", "true", "yes", "on")
+DEFAULT_CACHE_DIR = (
+    "default"  # jit(cache_dir=...) not given: the environment, the file, then the user's cache
+)
+CACHE_OFF = "off"
 
 
 @dataclass
@@ -59,6 +66,7 @@ class JobConfig:
     cpu_memory: str = "keep"
     compile_in_background: str = "never"
     progress: str = "auto"
+    cache_dir: str | None = None  # the on-disk cache's directory; None: off
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -159,8 +167,37 @@ def _background(value, env, table: dict, where: str) -> tuple[str, str]:
     )
 
 
+def _cache_dir(value, env, table: dict, where: str) -> tuple[str | None, str]:
+    """The disk cache's directory (None: off): jit(cache_dir=...) > THUNDER_CORE_CACHE_DIR > the
+    config file's cache_dir > the user's cache directory."""
+    if value is None:
+        return None, "jit(cache_dir=None)"
+    sources = [
+        ("jit(cache_dir=...)", None if value == DEFAULT_CACHE_DIR else value),
+        ("THUNDER_CORE_CACHE_DIR", env.get("THUNDER_CORE_CACHE_DIR") or None),
+        (f"{where}: cache_dir", table.get("cache_dir")),
+    ]
+    for source, given in sources:
+        if given is None:
+            continue
+        if not isinstance(given, (str, os.PathLike)):
+            raise ConfigError(f"{source}: cache_dir must be a directory path or {CACHE_OFF!r}, got {given!r}")
+        given = os.fspath(given)
+        return (None if given.lower() == CACHE_OFF else given), source
+    from platformdirs import user_cache_dir
+
+    return user_cache_dir("thunder_core", appauthor=False), "default"
+
+
 def resolve(
-    *, executors=None, plugins=None, options=None, disable=None, select=None, compile_in_background=None
+    *,
+    executors=None,
+    plugins=None,
+    options=None,
+    disable=None,
+    select=None,
+    compile_in_background=None,
+    cache_dir=DEFAULT_CACHE_DIR,
 ) -> JobConfig:
     """Combine the three sources into one JobConfig (names are checked later, against discovery)."""
     path, table = find_config_file()
@@ -236,4 +273,5 @@ def resolve(
         compile_in_background, env, table, where
     )
     config.progress, config.sources["progress"] = _progress(env, table, where)
+    config.cache_dir, config.sources["cache_dir"] = _cache_dir(cache_dir, env, table, where)
     return config

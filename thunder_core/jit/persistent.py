@@ -1,0 +1,166 @@
+"""Captured traces reused across processes: what an on-disk entry holds and when it is used.
+
+An entry is keyed (``key_material``) by the versions of Python, torch and thunder-core, the
+torch global state, the jitted function's code or module class, the call's cache key (input
+metadata and Python values), the jit options and the job: its executors, plugins, their
+options and versions. It holds the captured trace (``trace_data``), the guard checks the
+capture was specialized on in process-independent form (``fingerprint.guard_tokens``), the
+globals each user code object read, and the hash of every source file whose code ran while
+capturing.
+
+A new process with the same key walks the same Python state as a capture would (the module
+tree, then each recorded global read), and uses the stored trace only if every check comes out
+the same and no source file changed; the checks it walked become the new entry's guard, as if
+it had captured. Autodiff, the transforms, executor claiming and the executors' own caches
+(Inductor's, Numba's) run as usual. Programs whose capture cannot be described so (a real
+tensor read from a closure, a hook, an ``autograd.Function``, symbolic sizes, a capture that
+changed Python state) are simply not stored.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from thunder_core.disk_cache import DiskCache, digest
+from thunder_core.ir.trace import Provenance
+from thunder_core.jit.fingerprint import (
+    ambient_torch_state,
+    code_fingerprint,
+    environment,
+    file_hashes,
+    files_changed,
+    guard_tokens,
+    qualified_name,
+    stable_value,
+)
+from thunder_core.jit.trace_data import NotPersistable, trace_from_data, trace_to_data
+
+
+def _job_description(job) -> dict:
+    if job is None:
+        return {}
+    from thunder_core.plugins.manager import plugin_manager
+
+    config = job.config
+    return {
+        "executors": job.executor_names,
+        "executor_options": stable_value(_items(job.executor_options)),
+        "passes": {
+            stage: [[name, stable_value(_items(options))] for _, options, name in entries]
+            for stage, entries in job.passes.items()
+        },  # fmt: skip
+        "module_transforms": [
+            [name, stable_value(_items(options))] for _, options, name in job.module_transforms
+        ],
+        "config": [config.select, config.strict, config.cpu_memory] if config is not None else None,
+        "versions": sorted(
+            [info.name, info.version or "", info.status]
+            for info in plugin_manager().plugins.values()
+            if info.registered
+        ),
+    }
+
+
+def _items(options) -> list:
+    """A dict of options as sorted pairs (nested dicts too), for ``stable_value``."""
+    if isinstance(options, dict):
+        return [[str(k), _items(v)] for k, v in sorted(options.items(), key=lambda kv: str(kv[0]))]
+    if isinstance(options, (list, tuple)):
+        return [_items(v) for v in options]
+    return options
+
+
+def _root(root) -> dict:
+    import torch
+
+    if isinstance(root, torch.nn.Module):
+        return {"module": qualified_name(type(root))}
+    fn = getattr(root, "__func__", root)  # a module's bound method
+    return {"function": qualified_name(fn), "code": code_fingerprint(fn)}
+
+
+def key_material(root, key: tuple, names: list[str], state_names: list[str], options: dict, job) -> dict:
+    """What a stored trace is keyed on; raises ``NotPersistable`` for a call it cannot describe."""
+    return {
+        "environment": environment(),
+        "torch_state": ambient_torch_state(),
+        "root": _root(root),
+        "call": stable_value(key),
+        "names": list(names),
+        "state": list(state_names),
+        "options": stable_value(_items(options)),
+        "job": _job_description(job),
+    }
+
+
+def restore(cache: DiskCache, material: dict, builder) -> tuple[object | None, str]:
+    """The stored captured trace for ``material`` if it holds here, with the global reads it
+    recorded replayed into ``builder`` (already holding the walk of the roots); else None and
+    why not ("" when there is no entry)."""
+    start = time.perf_counter()
+    key = digest(material)
+    entry = cache.load(key)
+    if entry is None:
+        return None, ""
+    try:
+        if entry["material"] != material:
+            return None, "the disk cache entry was written for another call"
+        changed = files_changed(entry["files"])
+        if changed is not None:
+            return None, f"the disk cache entry is stale: {changed} changed"
+        for module_name, chains in entry["global_reads"]:
+            module = sys.modules.get(module_name)
+            if module is None:
+                return None, f"the disk cache entry reads globals of {module_name}, which is not imported"
+            builder.globals_of(None, vars(module), [tuple(chain) for chain in chains])
+        try:
+            tokens = guard_tokens(builder.tokens)
+        except NotPersistable as reason:
+            return None, f"the disk cache entry cannot be checked here ({reason})"
+        if tokens != entry["tokens"]:
+            return (
+                None,
+                f"the disk cache entry is stale: {_first_difference(entry['tokens'], tokens)} changed",
+            )
+        trace = trace_from_data(entry["trace"])
+        trace.provenance = Provenance(
+            "the disk cache (captured by an earlier process)", time.perf_counter() - start
+        )
+        return trace, ""
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+        return None, f"the disk cache entry could not be read ({type(error).__name__}: {error})"
+
+
+def _first_difference(stored: list, now: list) -> str:
+    for a, b in zip(stored, now):
+        if a != b:
+            return str(b[1])
+    return "the number of values the program reads"
+
+
+def save(cache: DiskCache, material: dict, compiled, builder) -> str:
+    """Store ``compiled``'s captured trace; returns "" or why it was not stored."""
+    try:
+        if compiled.lifted:
+            raise NotPersistable("the program reads tensors that are not its inputs (globals, closures)")
+        if builder.random_generators:
+            raise NotPersistable("the program reads a NumPy random generator")
+        if compiled.guard is not None and compiled.guard.failures():
+            raise NotPersistable("the program changes Python state it reads")
+        entry = {
+            "material": material,
+            "trace": trace_to_data(compiled.captured),
+            "tokens": guard_tokens(builder.tokens),
+            "global_reads": [
+                [name, [list(chain) for chain in chains]] for name, chains in builder.global_reads
+            ],
+            "files": file_hashes(builder.code_files),
+        }
+    except NotPersistable as reason:
+        return f"not stored in the disk cache: {reason}"
+    try:
+        cache.store(digest(material), entry)
+    except OSError as error:
+        return f"not stored in the disk cache: {error}"
+    return ""
