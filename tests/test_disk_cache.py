@@ -422,3 +422,27 @@ def test_threads_compiling_the_same_program_share_the_cache():
     assert not errors
     for r in results:
         torch.testing.assert_close(r, f(x))
+
+
+class _TwoMethods(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+    def other(self, x):
+        return torch.sigmoid(self.linear(x))
+
+
+def test_two_methods_of_one_module_are_two_programs():
+    model = _TwoMethods()
+    x = torch.randn(3, 6)
+    thunder_core.jit(model.forward)(x)
+    other = thunder_core.jit(model.other)
+    torch.testing.assert_close(other(x), model.other(x))
+    assert thunder_core.cache_info(other).disk_hits == 0
+    again = thunder_core.jit(model.other)
+    torch.testing.assert_close(again(x), model.other(x))
+    assert thunder_core.cache_info(again).disk_hits == 1

@@ -42,6 +42,7 @@ _PROGRAM = textwrap.dedent(
 def _run(stderr_is_terminal: bool, setting: str | None) -> tuple[str, str]:
     """The program's stdout and stderr, stderr a pseudo-terminal or a pipe."""
     env = {k: v for k, v in os.environ.items() if k != "THUNDER_CORE_PROGRESS"}
+    env["THUNDER_CORE_CACHE_DIR"] = "off"  # every run captures (a later one would read the trace from disk)
     if setting is not None:
         env["THUNDER_CORE_PROGRESS"] = setting
     if not stderr_is_terminal:

@@ -491,7 +491,7 @@ class ThunderFunction:
         state = [name for name, _ in self._state.named_tensors()] if self._state is not None else []
         options = {k: v for k, v in self._options.items() if k != "job"}
         try:
-            return disk, key_material(self._guard_root, key, self._names, state, options, self._job)
+            return disk, key_material(self._guard_root, self._fn, key, self._names, state, options, self._job)
         except NotPersistable:
             return None, None
 

@@ -71,21 +71,24 @@ def _items(options) -> list:
     return options
 
 
-def _root(root) -> dict:
+def _root(root, fn) -> dict:
+    """The module class (or function) the program belongs to, and the function captured: its
+    name and a hash of its code (two methods of one module are two programs)."""
     import torch
 
-    if isinstance(root, torch.nn.Module):
-        return {"module": qualified_name(type(root))}
-    fn = getattr(root, "__func__", root)  # a module's bound method
-    return {"function": qualified_name(fn), "code": code_fingerprint(fn)}
+    owner = qualified_name(type(root)) if isinstance(root, torch.nn.Module) else None
+    fn = getattr(fn, "__func__", fn)  # a bound method
+    return {"module": owner, "function": qualified_name(fn), "code": code_fingerprint(fn)}
 
 
-def key_material(root, key: tuple, names: list[str], state_names: list[str], options: dict, job) -> dict:
+def key_material(
+    root, fn, key: tuple, names: list[str], state_names: list[str], options: dict, job
+) -> dict:
     """What a stored trace is keyed on; raises ``NotPersistable`` for a call it cannot describe."""
     return {
         "environment": environment(),
         "torch_state": ambient_torch_state(),
-        "root": _root(root),
+        "root": _root(root, fn),
         "call": stable_value(key),
         "names": list(names),
         "state": list(state_names),
