@@ -81,9 +81,7 @@ def _root(root, fn) -> dict:
     return {"module": owner, "function": qualified_name(fn), "code": code_fingerprint(fn)}
 
 
-def key_material(
-    root, fn, key: tuple, names: list[str], state_names: list[str], options: dict, job
-) -> dict:
+def key_material(root, fn, key: tuple, names: list[str], state_names: list[str], options: dict, job) -> dict:
     """What a stored trace is keyed on; raises ``NotPersistable`` for a call it cannot describe."""
     return {
         "environment": environment(),
