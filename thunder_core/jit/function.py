@@ -52,7 +52,8 @@ class CacheInfo(NamedTuple):
 
     ``reasons`` says, per compiled entry in order, why it was compiled: the first call, or
     what changed (an input's metadata, a guarded Python value, torch state) since an
-    earlier entry was compiled.
+    earlier entry was compiled. ``disk_hits`` counts the entries whose captured trace came from
+    the on-disk cache (stored by an earlier process, or an earlier jit of the same program).
     """
 
     hits: int

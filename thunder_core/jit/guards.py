@@ -271,6 +271,7 @@ class GuardBuilder:
         # object first run, (its module's name, the global chains it loads); and its files.
         self.global_reads: list[tuple[str, tuple]] = []
         self.code_files: dict[str, None] = {}
+        self.not_replayable: str | None = None  # why the global reads cannot be replayed elsewhere
 
     # Emitting checks.
     def bind(self, obj, prefix: str = "o") -> str:
@@ -549,6 +550,9 @@ class GuardBuilder:
             if filename.startswith("<"):  # generated code (a dataclass's __init__): its module's file
                 filename = module_globals.get("__file__") or filename
             self.code_files.setdefault(filename)
+            module = sys.modules.get(module_name)
+            if module is None or vars(module) is not module_globals:
+                self.not_replayable = f"code that runs with globals other than its module's ({module_name})"
             self.global_reads.append((module_name, tuple(global_chains)))
         if id(module_globals) not in self._walked:
             self._walked.add(id(module_globals))

@@ -145,6 +145,8 @@ def save(cache: DiskCache, material: dict, compiled, builder) -> str:
     try:
         if compiled.lifted:
             raise NotPersistable("the program reads tensors that are not its inputs (globals, closures)")
+        if builder.not_replayable is not None:
+            raise NotPersistable(builder.not_replayable)
         if builder.random_generators:
             raise NotPersistable("the program reads a NumPy random generator")
         if compiled.guard is not None and compiled.guard.failures():
