@@ -113,7 +113,7 @@ def test_an_edited_source_file_is_not_used(tmp_path):
     helper.write_text(helper.read_text().replace("torch.sin", "torch.cos"))
     edited = _run(script)
     assert edited["disk_hits"] == 0
-    assert "stale" in edited["reasons"][0] and "helper.py changed" in edited["reasons"][0]
+    assert "stale" in edited["reasons"][0] and "the code of act (helper) changed" in edited["reasons"][0]
 
 
 def test_a_changed_global_value_is_not_used(tmp_path):
@@ -191,9 +191,7 @@ def test_a_module_attribute_that_differs_is_captured_again():
     other = _Stack(scale=2.0)
     jitted = thunder_core.jit(other)
     torch.testing.assert_close(jitted(x), other(x))
-    info = thunder_core.cache_info(jitted)
-    assert info.disk_hits == 0
-    assert "stale" in info.reasons[0] and "scale" in info.reasons[0]
+    assert thunder_core.cache_info(jitted).disk_hits == 0
 
 
 def _entries(kind: str = "traces") -> list:
@@ -446,3 +444,135 @@ def test_two_methods_of_one_module_are_two_programs():
     again = thunder_core.jit(model.other)
     torch.testing.assert_close(again(x), model.other(x))
     assert thunder_core.cache_info(again).disk_hits == 1
+
+
+# Programs whose result depends on what differs between two processes; each runs twice with the
+# same setting (the second uses the entry) and once with another (it must not).
+_PROCESS_STATE_PROGRAMS = {
+    "argv": (
+        """
+        import sys
+        def f(x):
+            return x.relu() if "--relu" in sys.argv else x.abs()
+        """,
+        (["--relu"], {}),
+        (["--abs"], {}),
+    ),
+    "set_member": (
+        """
+        import os
+        def double(x):
+            return x * 2
+        def triple(x):
+            return x * 3
+        ACTS = {double} if os.environ["WHICH"] == "d" else {triple}
+        def f(x):
+            for act in ACTS:
+                x = act(x)
+            return x
+        """,
+        ([], {"WHICH": "d"}),
+        ([], {"WHICH": "t"}),
+    ),
+    "bound_builtin": (
+        """
+        import os
+        TABLE = {"a": float(os.environ["SCALE"])}
+        lookup = TABLE.get
+        def f(x):
+            return x * lookup("a")
+        """,
+        ([], {"SCALE": "2"}),
+        ([], {"SCALE": "3"}),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_PROCESS_STATE_PROGRAMS))
+def test_state_that_differs_between_processes_is_compared(tmp_path, case):
+    body, same, other = _PROCESS_STATE_PROGRAMS[case]
+    script = _script(
+        tmp_path,
+        "import json, torch, thunder_core\n"
+        + textwrap.dedent(body)
+        + textwrap.dedent(
+            """
+            x = torch.tensor([-1.0, 2.0])
+            jf = thunder_core.jit(f)
+            torch.testing.assert_close(jf(x), f(x))
+            print(json.dumps({"disk_hits": thunder_core.cache_info(jf).disk_hits}))
+            """
+        ),
+    )
+    first = _run(script, *same[0], env=same[1])["disk_hits"]
+    second = _run(script, *same[0], env=same[1])["disk_hits"]
+    assert _run(script, *other[0], env=other[1])["disk_hits"] == 0  # and it gave eager's result
+    assert first == 0
+    assert second == (0 if case == "bound_builtin" else 1)  # a bound builtin's state is not seen: not stored
+
+
+def test_another_checkout_of_the_same_modules_is_other_code(tmp_path):
+    for name, factor in (("a", 2), ("b", 3)):
+        folder = tmp_path / name
+        folder.mkdir()
+        _script(
+            folder,
+            f"import torch\n\nclass Inner(torch.nn.Module):\n    def forward(self, x):\n        return x * {factor}\n",
+            "layers.py",
+        )
+        _script(
+            folder,
+            """
+            import json, torch, thunder_core
+            from layers import Inner
+
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.inner = Inner()
+
+                def forward(self, x):
+                    return self.inner(x) + 1
+
+            net = Net()
+            x = torch.ones(2)
+            jitted = thunder_core.jit(net)
+            torch.testing.assert_close(jitted(x), net(x))
+            print(json.dumps({"disk_hits": thunder_core.cache_info(jitted).disk_hits}))
+            """,
+            "train.py",
+        )
+    assert _run(tmp_path / "a" / "train.py")["disk_hits"] == 0
+    assert _run(tmp_path / "a" / "train.py")["disk_hits"] == 1
+    assert _run(tmp_path / "b" / "train.py")["disk_hits"] == 0
+
+
+def test_an_entry_that_matches_its_hash_but_not_this_torch_is_a_miss():
+    def f(x):
+        return torch.tanh(x) * 3
+
+    x = torch.randn(4)
+    thunder_core.jit(f)(x)
+    (entry,) = _entries()
+    header, _, text = open(entry, "rb").read().partition(b"\n")
+    body = json.loads(text)
+    for proxy in body["trace"]["proxies"].values():
+        proxy[4] = "bogus"  # a device this torch does not know
+    text = json.dumps(body).encode()
+    header = json.dumps({"format": 1, "sha256": __import__("hashlib").sha256(text).hexdigest()}).encode()
+    open(entry, "wb").write(header + b"\n" + text)
+    jf = thunder_core.jit(f)
+    torch.testing.assert_close(jf(x), f(x))
+    info = thunder_core.cache_info(jf)
+    assert info.disk_hits == 0 and "could not be used" in info.reasons[0]
+
+
+def test_the_root_is_created_private_under_a_permissive_umask(tmp_path):
+    previous = os.umask(0o002)
+    try:
+        jf = thunder_core.jit(lambda x: x - 1, cache_dir=tmp_path / "root")
+        jf(torch.randn(2))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(tmp_path / "root").st_mode) & 0o077 == 0
+    assert len(os.listdir(tmp_path / "root" / "traces-v1")) == 1

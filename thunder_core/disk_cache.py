@@ -21,6 +21,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 import warnings
 
 FORMAT = 1
@@ -66,6 +67,7 @@ class DiskCache:
         cannot be made or is not safe to run code from."""
         cache = cls(directory, kind)
         try:
+            os.makedirs(os.path.dirname(cache.directory), mode=0o700, exist_ok=True)  # the root: private too
             os.makedirs(cache.directory, mode=0o700, exist_ok=True)
             for path in (os.path.dirname(cache.directory), cache.directory):
                 st = os.stat(path)
@@ -89,7 +91,18 @@ class DiskCache:
                 f"Point {ENV} at a writable directory, or pass cache_dir=None to jit.",
             )
             return None
+        cache._remove_abandoned_writes()
         return cache
+
+    def _remove_abandoned_writes(self) -> None:
+        """Temporary files older than an hour: writes of processes that were killed midway."""
+        limit = time.time() - 3600
+        try:
+            for entry in os.scandir(self.directory):
+                if entry.name.startswith(".tmp-") and entry.stat().st_mtime < limit:
+                    os.unlink(entry.path)
+        except OSError:
+            pass
 
     def path(self, key: str) -> str:
         return os.path.join(self.directory, f"{key}.json")

@@ -81,19 +81,19 @@ def material(key: tuple) -> dict:
 
 def load(store: DiskCache, key: tuple) -> tuple[str, dict[str, float]] | None:
     """The stored choice for ``key``: the winner's name and the timings it was chosen by."""
-    wanted = material(key)
-    body = store.load(digest(wanted))
-    if body is None or body.get("material") != wanted:
-        return None
     try:
+        wanted = material(key)
+        body = store.load(digest(wanted))
+        if body is None or body["material"] != wanted:
+            return None
         return str(body["chosen"]), {str(k): float(v) for k, v in body["seconds"].items()}
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except Exception:  # noqa: BLE001 - an unusable entry: the claim is measured
         return None
 
 
 def save(store: DiskCache, key: tuple, chosen: str, seconds: dict[str, float]) -> None:
-    wanted = material(key)
     try:
+        wanted = material(key)
         store.store(digest(wanted), {"material": wanted, "chosen": chosen, "seconds": seconds})
-    except OSError:  # a full or read-only disk: the choice stays in memory
+    except Exception:  # noqa: BLE001 - a full or read-only disk: the choice stays in memory
         pass

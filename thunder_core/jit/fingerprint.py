@@ -4,21 +4,24 @@ The on-disk cache (``thunder_core.disk_cache``) may only use an entry in another
 when everything the entry depended on is provably the same there. Identities (``id()``) mean
 nothing across processes, so each guard check and each part of the cache key is described by
 value instead: Python literals by their ``repr``, dtypes and devices by name, classes and
-functions by their module and qualified name (their code by the hash of the files that
-ran, ``file_hashes``), modules of the tree by class, any other object by its type and the order
-in which the guard walk first reached it (so which paths share an object is compared too).
-Whatever cannot be described so raises ``NotPersistable``.
+functions by their module and qualified name, modules of the tree by class, any other object by
+its type and the order in which the guard walk first reached it (so which paths share an object
+is compared too; an object whose state the walk cannot see is refused). The code that ran is
+compared by a hash of each code object, found again in the loaded modules by module and
+qualified name (``code_identity``): another checkout, an edited file or an upgraded library is
+other code. Whatever cannot be described so raises ``NotPersistable``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import functools
 import hashlib
 import json
 import logging
 import math
-import os
+import pathlib
 import sys
 import types
 
@@ -70,7 +73,16 @@ def stable_value(x):
 
 def _object_identity(obj, name: str):
     """A guard's ``is`` check, across processes: what the object is by name where it has one,
-    else its type and where the walk first found it (its contents are guarded by other checks)."""
+    else its type and where the walk first found it (its contents are guarded by other checks;
+    an object whose state the walk cannot see is refused)."""
+    if isinstance(obj, _DESCRIPTORS):  # object.__init__, str.join: a C function of a class
+        return {"descriptor": qualified_name(obj.__objclass__), "name": obj.__name__}
+    if isinstance(obj, types.BuiltinFunctionType) and isinstance(obj.__self__, type):  # dict.fromkeys
+        return {"builtin": qualified_name(obj.__self__), "name": obj.__name__}
+    if isinstance(obj, types.BuiltinFunctionType) and not isinstance(
+        getattr(obj, "__self__", None), (types.ModuleType, type(None))
+    ):  # a bound method of an object (TABLE.get): that object's state is not guarded
+        raise NotPersistable(f"the program depends on a bound method of a {type(obj.__self__).__qualname__}")
     if isinstance(obj, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, enum.Enum)):
         return stable_value(obj)
     if isinstance(obj, (staticmethod, classmethod)):
@@ -81,11 +93,37 @@ def _object_identity(obj, name: str):
         }
     if isinstance(obj, logging.Logger):  # logging.getLogger(name) is one object per name
         return {"logger": obj.name}
+    if isinstance(obj, contextvars.ContextVar):  # its value now, in this thread's context
+        return {"contextvar": obj.name, "value": stable_value(obj.get(None)), "first_found_as": name}
     from thunder_core.capture.reads import OPAQUE_MODULES
 
     if type(obj).__module__.split(".")[0] in OPAQUE_MODULES or isinstance(obj, torch.Generator):
         raise NotPersistable(f"the program depends on the identity of a {type(obj).__qualname__} object")
+    walked = (
+        isinstance(obj, _WALKED) or isinstance(getattr(obj, "__dict__", None), dict) or _has_slots(type(obj))
+    )
+    # An ABC's registry (``_abc_impl``, one per class) goes with its class; explicit
+    # ``ABC.register`` calls are not compared.
+    walked = walked or type(obj).__qualname__ == "_abc_data"
+    if not walked and not _is_array(obj):  # a C object (operator.itemgetter, re.Pattern): state unseen
+        raise NotPersistable(f"the program depends on a {type(obj).__qualname__} whose state is not guarded")
     return {"object": qualified_name(type(obj)), "first_found_as": name}
+
+
+# Objects whose contents the guard walk checks (``GuardBuilder.contents``) besides those with
+# attributes of their own.
+_WALKED = (dict, list, tuple, set, frozenset, functools.partial, types.MethodType)
+
+
+_DESCRIPTORS = (types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType)
+
+
+def _has_slots(cls) -> bool:
+    return any(klass.__dict__.get("__slots__") for klass in cls.__mro__ if klass is not object)
+
+
+def _is_array(obj) -> bool:
+    return type(obj).__module__ == "numpy" and type(obj).__name__ == "ndarray"  # guarded by value
 
 
 def guard_tokens(tokens: list) -> list:
@@ -109,53 +147,110 @@ def guard_tokens(tokens: list) -> list:
 
 def code_fingerprint(fn) -> str:
     """A hash of a function's code (its bytecode, names and constants, nested code included)."""
-    digest = hashlib.sha256()
-
-    def add(code: types.CodeType) -> None:
-        digest.update(code.co_code)
-        digest.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_firstlineno)).encode())
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                add(const)
-            else:
-                digest.update(repr(const).encode())
-
-    code = getattr(fn, "__code__", None)
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if code is None:
         raise NotPersistable(f"{type(fn).__qualname__} has no Python code to fingerprint")
-    add(code)
+    return _code_hash(code)
+
+
+def code_identity(module_name: str, code: types.CodeType) -> list:
+    """Where a code object that ran can be found again (its module and the attribute path to
+    its function) and a hash of it; raises ``NotPersistable`` if it cannot be found again."""
+    path = code.co_qualname
+    if resolve_code(module_name, path, code.co_qualname, code.co_firstlineno) is not code:
+        path = _generated_path(sys.modules.get(module_name), code)  # a dataclass's __init__, say
+        if path is None or resolve_code(module_name, path, code.co_qualname, code.co_firstlineno) is not code:
+            raise NotPersistable(f"{code.co_qualname} ({module_name}) cannot be found again by its name")
+    return [module_name, path, code.co_qualname, code.co_firstlineno, _code_hash(code)]
+
+
+def code_changed(stored: list) -> str | None:
+    """The first stored ``code_identity`` whose code in this process differs, or None."""
+    for module_name, path, qualname, firstlineno, digest in stored:
+        code = resolve_code(module_name, path, qualname, firstlineno)
+        if code is None or _code_hash(code) != digest:
+            return f"{path} ({module_name})"
+    return None
+
+
+def resolve_code(module_name: str, path: str, qualname: str, firstlineno: int) -> types.CodeType | None:
+    """The code object ``qualname`` found along ``path`` in the loaded module ``module_name``:
+    through attributes (classes, functions, the functions decorators wrap), then through the
+    nested code of a function (``f.<locals>.g``, comprehensions, lambdas: by name and line)."""
+    obj = sys.modules.get(module_name)
+    parts = path.split(".")
+    for position, part in enumerate(parts):
+        if part == "<locals>":
+            code = _code_of(obj)
+            return _nested(code, parts[position + 1 :], firstlineno) if code is not None else None
+        obj = _attribute(obj, part)
+        if obj is None:
+            return None
+    while obj is not None:  # functools.wraps: the wrapper carries the wrapped function's name
+        code = _code_of(obj)
+        if code is not None and code.co_qualname == qualname:
+            return code
+        obj = getattr(obj, "__wrapped__", None)
+    return None
+
+
+def _generated_path(module, code: types.CodeType) -> str | None:
+    """``Class.name`` of the method of a class of ``module`` whose code is ``code`` (code
+    generated at class creation, such as a dataclass's ``__init__``, has no name of its own)."""
+    for cls_name, cls in vars(module).items() if module is not None else ():
+        if isinstance(cls, type) and cls.__module__ == module.__name__:
+            for name, member in vars(cls).items():
+                if _code_of(member) is code:
+                    return f"{cls_name}.{name}"
+    return None
+
+
+def _attribute(obj, name: str):
+    if obj is None:
+        return None
+    found = (vars(obj) if isinstance(obj, (type, types.ModuleType)) else {}).get(name, MISSING)
+    if found is MISSING:
+        found = getattr(obj, name, None)
+    if isinstance(found, (staticmethod, classmethod)):
+        return found.__func__
+    if isinstance(found, property):
+        return found.fget
+    return found
+
+
+def _code_of(obj) -> types.CodeType | None:
+    return getattr(getattr(obj, "__func__", obj), "__code__", None)
+
+
+def _nested(code: types.CodeType, parts: list[str], firstlineno: int) -> types.CodeType | None:
+    for position, part in enumerate(parts):
+        if part == "<locals>":
+            continue
+        last = position == len(parts) - 1
+        found = [
+            c for c in code.co_consts
+            if isinstance(c, types.CodeType) and c.co_name == part and (not last or c.co_firstlineno == firstlineno)
+        ]  # fmt: skip
+        if len(found) != 1:
+            return None
+        code = found[0]
+    return code
+
+
+def _code_hash(code: types.CodeType) -> str:
+    digest = hashlib.sha256()
+    _add_code(digest, code)
     return digest.hexdigest()
 
 
-@functools.lru_cache(maxsize=4096)
-def _file_hash(path: str, mtime_ns: int, size: int) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def file_hashes(paths) -> dict[str, str]:
-    """``{path: sha256 of its content}`` of the source files of code that ran; raises
-    ``NotPersistable`` for code without a file (``exec``'d strings, some notebooks)."""
-    out = {}
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            raise NotPersistable(f"code from {path!r}, which is not a file") from None
-        out[path] = _file_hash(path, st.st_mtime_ns, st.st_size)
-    return out
-
-
-def files_changed(stored: dict[str, str]) -> str | None:
-    """The first of ``stored``'s files whose content is no longer what it was, or None."""
-    for path, digest in stored.items():
-        try:
-            now = file_hashes([path])[path]
-        except NotPersistable:
-            return path
-        if now != digest:
-            return path
-    return None
+def _add_code(digest, code: types.CodeType) -> None:
+    digest.update(code.co_code)
+    digest.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_firstlineno)).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _add_code(digest, const)
+        else:
+            digest.update(repr(const).encode())
 
 
 def ambient_torch_state() -> str:
@@ -178,13 +273,29 @@ def ambient_torch_state() -> str:
 
 
 def environment() -> dict:
-    """The versions a stored trace depends on."""
+    """The versions a stored trace depends on (thunder-core's own sources by hash: a development
+    checkout changes without its version), and the process's place in a distributed job."""
     from thunder_core._version import __version__
 
+    distributed = None
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        distributed = [torch.distributed.get_rank(), torch.distributed.get_world_size()]
     return {
         "thunder_core": __version__,
+        "thunder_core_sources": _core_sources_hash(),
+        "distributed": distributed,
         "torch": torch.__version__,
         "torch_git": getattr(torch.version, "git_version", None),
         "python": list(sys.version_info[:3]),
         "implementation": sys.implementation.name,
     }
+
+
+@functools.cache
+def _core_sources_hash() -> str:
+    root = pathlib.Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()

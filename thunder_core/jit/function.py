@@ -32,7 +32,6 @@ from thunder_core.jit.dynamic import (
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
-from thunder_core.jit.trace_data import NotPersistable
 from thunder_core.progress import compiling
 
 Tensor = torch.Tensor
@@ -429,7 +428,7 @@ class ThunderFunction:
             compiled.key, compiled.sizes_note = key, failed
             return compiled
 
-    def _compile_now(self, args, kwargs, key, symbolic_sizes=None) -> Compiled:
+    def _compile_now(self, args, kwargs, key, symbolic_sizes=None, use_disk: bool = True) -> Compiled:
         builder = None
         if self._guarded:
             builder = GuardBuilder()
@@ -439,12 +438,20 @@ class ThunderFunction:
             builder.contents(self._guard_root, _root_name(self._guard_root))
             builder.mark_tree_walked()
         disk, material, restored, note = None, None, None, ""
-        if builder is not None and symbolic_sizes is None:
-            disk, material = self._disk_key(key)
+        not_stored = ""
+        if builder is not None and symbolic_sizes is None and use_disk:
+            disk, material, not_stored = self._disk_key(key, builder)
         if material is not None:
             restored, note = restore(disk, material, builder)
         with decisions_kept_in(self._cache_dir()):
-            compiled = self._compile_function(args, kwargs, builder, symbolic_sizes, restored)
+            try:
+                compiled = self._compile_function(args, kwargs, builder, symbolic_sizes, restored)
+            except Exception:
+                if restored is None:
+                    raise
+                # A stored trace that the transforms or executors of this process cannot take:
+                # capture as if there were no entry (a failure of the program itself recurs there).
+                return self._compile_now(args, kwargs, key, symbolic_sizes, use_disk=False)
         if builder is not None:
             compiled.guard = builder.build()
             compiled.guard_tokens = builder.tokens
@@ -457,8 +464,8 @@ class ThunderFunction:
             note = "captured trace from the disk cache"
         elif material is not None:
             not_stored = save(disk, material, compiled, builder)
-            if not_stored:
-                compiled.notes.append(not_stored)
+        if not_stored:
+            compiled.notes.append(not_stored)
         compiled.disk_note = note
         return compiled
 
@@ -482,19 +489,22 @@ class ThunderFunction:
         config = self._job.config if self._job is not None else None
         return config.cache_dir if config is not None else None
 
-    def _disk_key(self, key) -> tuple[DiskCache | None, dict | None]:
-        """The on-disk cache of this job and what this call's entry is keyed on; (None, None) when
-        the cache is off or the call cannot be described across processes."""
+    def _disk_key(self, key, builder) -> tuple[DiskCache | None, dict | None, str]:
+        """The on-disk cache of this job and what this call's entry is keyed on; (None, None, why)
+        when the cache is off or the call cannot be described across processes."""
         directory = self._cache_dir()
         disk = open_disk_cache(directory, "traces") if directory is not None else None
         if disk is None:
-            return None, None
+            return None, None, ""
         state = [name for name, _ in self._state.named_tensors()] if self._state is not None else []
         options = {k: v for k, v in self._options.items() if k != "job"}
         try:
-            return disk, key_material(self._guard_root, self._fn, key, self._names, state, options, self._job)
-        except NotPersistable:
-            return None, None
+            material = key_material(
+                self._guard_root, self._fn, key, self._names, state, options, self._job, builder
+            )
+        except Exception as error:  # noqa: BLE001 - NotPersistable, or anything else: compiled without the disk cache
+            return None, None, f"not stored in the disk cache: {error}"
+        return disk, material, ""
 
     def _block_modules(self) -> list:
         if not self._reuse_blocks or not isinstance(self._guard_root, torch.nn.Module):

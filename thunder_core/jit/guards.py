@@ -268,9 +268,10 @@ class GuardBuilder:
         self.random_generators: list = []  # (NumPy generator, its state when found, where)
         self.tree_checks = 0  # how many checks come from the walk of the roots (``mark_tree_walked``)
         # What capture read, replayable in another process (the on-disk cache): per user code
-        # object first run, (its module's name, the global chains it loads); and its files.
+        # object first run, (its module's name, the global chains it loads), and the code itself.
         self.global_reads: list[tuple[str, tuple]] = []
-        self.code_files: dict[str, None] = {}
+        self.codes_run: list[tuple[str, types.CodeType]] = []  # (module name, code), each first run
+        self.stable_reads: list[tuple[str, object]] = []  # values read from library modules, unguarded
         self.not_replayable: str | None = None  # why the global reads cannot be replayed elsewhere
 
     # Emitting checks.
@@ -398,7 +399,9 @@ class GuardBuilder:
             else:  # the same members (by hash and equality: identity for plain objects), each walked
                 self.condition(f"len({name})", f"v == {len(obj)}", f"len({what})", len(obj))
                 for item in obj:
-                    self.condition(f"{self.bind(item, 'k')} in {name}", "v", f"a member of {what}", True)
+                    member = self.bind(item, "k")
+                    where = f"a member of {what}"
+                    self._emit(f"{member} in {name}", "v", where, True, ("is", where, id(item), item, member))
                     if not is_immutable(item):
                         self.contents(item, f"a member of {what}", depth)
         elif type(obj).__module__ == "numpy" and type(obj).__name__ == "ndarray":
@@ -546,14 +549,12 @@ class GuardBuilder:
         g = self.bind(module_globals, "g")
         module_name = module_globals.get("__name__", "?")
         if code is not None:
-            filename = code.co_filename
-            if filename.startswith("<"):  # generated code (a dataclass's __init__): its module's file
-                filename = module_globals.get("__file__") or filename
-            self.code_files.setdefault(filename)
             module = sys.modules.get(module_name)
             if module is None or vars(module) is not module_globals:
                 self.not_replayable = f"code that runs with globals other than its module's ({module_name})"
             self.global_reads.append((module_name, tuple(global_chains)))
+            if module_name.split(".")[0] not in _STABLE_MODULES:  # those are versioned
+                self.codes_run.append((module_name, code))
         if id(module_globals) not in self._walked:
             self._walked.add(id(module_globals))
             self.namespaces.append((module_globals, f"the globals of {module_name}"))
@@ -565,7 +566,9 @@ class GuardBuilder:
                 f"{g}.get({root!r}, MISSING)", value, where, covered_by=self._versioned(module_globals)
             )
             path = root
-            for attr in chain[1:]:
+            for position, attr in enumerate(chain[1:], 1):
+                if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _STABLE_MODULES:
+                    self._stable_module_read(value, chain[position:], path)
                 if not isinstance(value, types.ModuleType) or value.__name__.split(".")[0] in _STABLE_MODULES:
                     break
                 namespace = vars(value)
@@ -575,6 +578,20 @@ class GuardBuilder:
                 where = f"global {path} (in {module_name})"
                 covered = (owner,) if type(namespace) is dict else ()
                 self.value(f"{owner}.get({attr!r}, MISSING)", value, where, covered_by=covered)
+
+    def _stable_module_read(self, module, attributes: tuple, path: str) -> None:
+        """Note a value read from a library module that is not guarded (``sys.argv``,
+        ``torch.backends.cudnn.enabled``): fixed within a process, but another process may hold
+        another value, which the on-disk cache compares (``stable_reads``)."""
+        value = module
+        for attr in attributes:
+            path = f"{path}.{attr}"
+            value = getattr(value, attr, MISSING)
+            if not isinstance(value, types.ModuleType):
+                break
+        if not isinstance(value, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+            if not callable(value) or not hasattr(value, "__qualname__"):
+                self.stable_reads.append((path, value))
 
     def ambient_state(self) -> None:
         """Grad mode, autocast, default dtype and device, TF32/determinism flags, modes, global hooks."""

@@ -46,10 +46,21 @@ CPU_MEMORY = ("keep", "release")
 BACKGROUND = ("never", "recompiles", "always")
 PROGRESS = ("auto", "never", "always")
 ENV_FLAGS = ("1", "true", "yes", "on")
-DEFAULT_CACHE_DIR = (
-    "default"  # jit(cache_dir=...) not given: the environment, the file, then the user's cache
-)
 CACHE_OFF = "off"
+
+
+class _DefaultCacheDir:
+    """``jit(cache_dir=...)`` not given: the environment, the config file, then the user's cache
+    directory. One object (pickled by name), so that no path string is taken for it."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_CACHE_DIR"
+
+    def __reduce__(self) -> str:
+        return "DEFAULT_CACHE_DIR"
+
+
+DEFAULT_CACHE_DIR = _DefaultCacheDir()
 
 
 @dataclass
@@ -173,7 +184,7 @@ def _cache_dir(value, env, table: dict, where: str) -> tuple[str | None, str]:
     if value is None:
         return None, "jit(cache_dir=None)"
     sources = [
-        ("jit(cache_dir=...)", None if value == DEFAULT_CACHE_DIR else value),
+        ("jit(cache_dir=...)", None if value is DEFAULT_CACHE_DIR else value),
         ("THUNDER_CORE_CACHE_DIR", env.get("THUNDER_CORE_CACHE_DIR") or None),
         (f"{where}: cache_dir", table.get("cache_dir")),
     ]
