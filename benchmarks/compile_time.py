@@ -14,7 +14,7 @@ captured without running its Python) and with ``reuse_blocks=False``. "warm" run
 an earlier identical process left on disk (Inductor's and Numba's; thunder_core's own disk cache
 empty); "cold" with empty Inductor and Numba caches; "disk" (thunder_core only) also with the
 traces and executor choices an earlier identical process stored in thunder_core's disk cache
-(``THUNDER_CORE_CACHE_DIR``).
+(``THUNDER_CORE_CACHE_DIR``, with ``THUNDER_CORE_CACHE_TRACES=1``).
 
     python benchmarks/compile_time.py                   # 2, 8, 24 layers, warm and cold
     python benchmarks/compile_time.py --layers 2,24 --rounds 3
@@ -123,7 +123,7 @@ def main() -> None:
         b: [] for b in [*ADD_BACKENDS, *(b + DISK_WARM for b in warm_backends)]
     }
     with tempfile.TemporaryDirectory() as traces:
-        disk_env = {"THUNDER_CORE_CACHE_DIR": traces}
+        disk_env = {"THUNDER_CORE_CACHE_DIR": traces, "THUNDER_CORE_CACHE_TRACES": "1"}
         for backend in warm_backends:  # a first process stores its trace (each plain run gets an empty cache)
             run_isolated(__file__, "--backend", backend, "--add", env=disk_env)
         for _ in range(args.add_rounds):
@@ -162,7 +162,11 @@ def main() -> None:
                 )
                 if backend.startswith("thunder_core"):
                     with tempfile.TemporaryDirectory() as traces:
-                        disk_env = {**warm_env, "THUNDER_CORE_CACHE_DIR": traces}
+                        disk_env = {
+                            **warm_env,
+                            "THUNDER_CORE_CACHE_DIR": traces,
+                            "THUNDER_CORE_CACHE_TRACES": "1",
+                        }
                         _run(backend, layers, disk_env)  # a first process leaves its traces on disk
                         row["disk"] = statistics.median(
                             _run(backend, layers, disk_env)["first_call_s"] for _ in range(args.rounds)

@@ -77,6 +77,7 @@ def jit(
     dynamic: bool | None = None,
     capture_blocks_once: bool = False,
     cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR,
+    cache_traces: bool | None = None,
 ):
     """Compile a function of tensors, or an ``nn.Module`` (or a module's bound method:
     ``model.forward = thunder_core.jit(model.forward)`` is cached like ``jit(model)``).
@@ -126,14 +127,18 @@ def jit(
     size its size guards accept; ``dynamic=True`` makes every dimension of the arguments
     symbolic from the first call, ``dynamic=False`` compiles each new size.
 
-    Captured traces are kept on disk for later processes (``cache_dir``; by default
-    ``THUNDER_CORE_CACHE_DIR``, the config file's ``cache_dir``, else thunder_core's folder in the
-    user's cache directory; ``cache_dir=None`` turns it off): a new process whose call, code and
-    guarded Python values match a stored trace skips capturing (``cache_info(...).disk_hits``).
+    The executor choices measured by ``select="measure"`` are kept on disk for later processes on
+    the same machine (``cache_dir``; by default ``THUNDER_CORE_CACHE_DIR``, the config file's
+    ``cache_dir``, else thunder_core's folder in the user's cache directory; ``cache_dir=None``
+    turns it off). With ``cache_traces=True`` (or ``THUNDER_CORE_CACHE_TRACES=1``) captured
+    traces are kept too: a new process whose call, code and guarded Python values match a stored
+    trace skips capturing (``cache_info(...).disk_hits``); off by default, because values a
+    program gets from library calls (``os.getenv``, a memoized function) are not compared.
     """
     arguments = {"executors": executors, "plugins": plugins, "options": options, "disable": disable,
                  "select": select, "compile_in_background": compile_in_background, "recompile_limit": recompile_limit, "cache": cache, "reuse_blocks": reuse_blocks,
-                 "dynamic": dynamic, "capture_blocks_once": capture_blocks_once, "cache_dir": cache_dir}  # fmt: skip
+                 "dynamic": dynamic, "capture_blocks_once": capture_blocks_once, "cache_dir": cache_dir,
+                 "cache_traces": cache_traces}  # fmt: skip
     if isinstance(fn, nn.Module):
         return ThunderModule.from_arguments(fn, arguments)
     if inspect.ismethod(fn) and isinstance(fn.__self__, nn.Module):  # model.forward = jit(model.forward)

@@ -61,14 +61,55 @@ def stable_value(x):
     if x is Ellipsis:
         return {"ellipsis": True}
     if isinstance(x, enum.Enum):
-        return {"enum": qualified_name(type(x)), "name": x.name}
+        return {"enum": qualified_name(type(x)), "name": x.name, "value": stable_value(x.value)}
     if isinstance(x, type):
         return {"class": qualified_name(x)}
     if isinstance(x, types.ModuleType):
         return {"module": x.__name__}
-    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
+    if isinstance(x, types.FunctionType):
+        return function_identity(x)
+    if isinstance(x, types.BuiltinFunctionType):
         return {"function": qualified_name(x)}
     raise NotPersistable(f"a {type(x).__qualname__} value cannot be compared across processes")
+
+
+def function_identity(fn: types.FunctionType, depth: int = 0) -> dict:
+    """A Python function by name, code, defaults, closure values and attributes (a method's
+    ``temperature=0.7``, a decorator's closure, ``act.scale = 2``), what it wraps included."""
+    if depth > 8:
+        raise NotPersistable(f"{qualified_name(fn)} wraps functions too deeply")
+    described = {"function": qualified_name(fn), "code": _code_hash(fn.__code__)}
+    if fn.__defaults__:
+        described["defaults"] = stable_value(fn.__defaults__)
+    if fn.__kwdefaults__:
+        described["kwdefaults"] = stable_value(sorted(fn.__kwdefaults__.items()))
+    cells = []
+    for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        if cell_name == "__class__":
+            continue
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(content, types.FunctionType):
+            cells.append([cell_name, function_identity(content, depth + 1)])
+        else:
+            cells.append([cell_name, stable_value(content)])
+    if cells:
+        described["closure"] = cells
+    attributes = {k: v for k, v in vars(fn).items() if k not in _FUNCTION_METADATA}
+    if attributes:
+        described["attributes"] = stable_value(sorted(attributes.items()))
+    wrapped = getattr(fn, "__wrapped__", None)
+    if isinstance(wrapped, types.FunctionType):
+        described["wraps"] = function_identity(wrapped, depth + 1)
+    return described
+
+
+# What functools.wraps and the language put on a function: not state of the program's own.
+_FUNCTION_METADATA = frozenset(
+    {"__wrapped__", "__doc__", "__name__", "__qualname__", "__module__", "__dict__"}
+)
 
 
 def _object_identity(obj, name: str):
@@ -89,7 +130,9 @@ def _object_identity(obj, name: str):
         return {"descriptor": type(obj).__name__, "of": _object_identity(obj.__func__, name)}
     if isinstance(obj, property):
         return {
-            "property": [None if f is None else qualified_name(f) for f in (obj.fget, obj.fset, obj.fdel)]
+            "property": [
+                None if f is None else _object_identity(f, name) for f in (obj.fget, obj.fset, obj.fdel)
+            ]
         }
     if isinstance(obj, logging.Logger):  # logging.getLogger(name) is one object per name
         return {"logger": obj.name}

@@ -493,7 +493,10 @@ class ThunderFunction:
         """The on-disk cache of this job and what this call's entry is keyed on; (None, None, why)
         when the cache is off or the call cannot be described across processes."""
         directory = self._cache_dir()
-        disk = open_disk_cache(directory, "traces") if directory is not None else None
+        config = self._job.config if self._job is not None else None
+        if directory is None or config is None or not config.cache_traces:
+            return None, None, ""
+        disk = open_disk_cache(directory, "traces")
         if disk is None:
             return None, None, ""
         state = [name for name, _ in self._state.named_tensors()] if self._state is not None else []
@@ -612,6 +615,7 @@ def job_from_arguments(arguments: dict):
         for key in ("executors", "plugins", "options", "disable", "select", "compile_in_background")
     }
     selection["cache_dir"] = arguments.get("cache_dir", DEFAULT_CACHE_DIR)
+    selection["cache_traces"] = arguments.get("cache_traces")
     return build_job(resolve(**selection))
 
 

@@ -32,6 +32,7 @@ microseconds.
 
 from __future__ import annotations
 
+import dis
 import enum
 import functools
 import gc
@@ -552,8 +553,12 @@ class GuardBuilder:
             module = sys.modules.get(module_name)
             if module is None or vars(module) is not module_globals:
                 self.not_replayable = f"code that runs with globals other than its module's ({module_name})"
+            elif _imports(code):
+                self.not_replayable = (
+                    f"{code.co_qualname} imports inside a function (what it reads is not recorded)"
+                )
             self.global_reads.append((module_name, tuple(global_chains)))
-            if module_name.split(".")[0] not in _STABLE_MODULES:  # those are versioned
+            if module_name.split(".")[0] not in ("torch", "thunder_core"):  # versioned (generated code)
                 self.codes_run.append((module_name, code))
         if id(module_globals) not in self._walked:
             self._walked.add(id(module_globals))
@@ -770,3 +775,11 @@ def _ambient_tuple() -> tuple:
         torch.get_autocast_dtype("cpu"),
         torch.are_deterministic_algorithms_enabled(),
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports(code: types.CodeType) -> bool:
+    """Whether ``code`` (or a function nested in it) runs an import statement."""
+    if any(instruction.opname == "IMPORT_NAME" for instruction in dis.get_instructions(code)):
+        return True
+    return any(isinstance(c, types.CodeType) and _imports(c) for c in code.co_consts)

@@ -21,6 +21,7 @@ cannot be found again by its name, a capture that changed Python state) are simp
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -111,7 +112,7 @@ def restore(cache: DiskCache, material: dict, builder) -> tuple[object | None, s
         entry = cache.load(digest(material))
         if entry is None:
             return None, ""
-        if entry["material"] != material:
+        if json.dumps(entry["material"], sort_keys=True) != json.dumps(material, sort_keys=True):
             return None, "the disk cache entry was written for another call"
         changed = code_changed(entry["code"])
         if changed is not None:
@@ -126,12 +127,12 @@ def restore(cache: DiskCache, material: dict, builder) -> tuple[object | None, s
             reads = _stable_reads(builder)
         except NotPersistable as reason:
             return None, f"the disk cache entry cannot be checked here ({reason})"
-        if tokens != entry["tokens"]:
+        if json.dumps(tokens) != json.dumps(entry["tokens"]):  # as text: 2 == 2.0, "2" != "2.0"
             return (
                 None,
                 f"the disk cache entry is stale: {_first_difference(entry['tokens'], tokens)} changed",
             )
-        if reads != entry["stable_reads"]:
+        if json.dumps(reads) != json.dumps(entry["stable_reads"]):
             return (
                 None,
                 f"the disk cache entry is stale: {_first_difference(entry['stable_reads'], reads, 0)} changed",

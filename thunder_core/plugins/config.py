@@ -4,7 +4,7 @@ Precedence, highest first: ``jit(executors=..., plugins=..., options=...)``; the
 environment (``THUNDER_CORE_EXECUTORS``, ``THUNDER_CORE_PLUGINS``, ``THUNDER_CORE_DISABLE``,
 ``THUNDER_CORE_NO_AUTOLOAD``, ``THUNDER_CORE_STRICT``, ``THUNDER_CORE_SELECT``,
 ``THUNDER_CORE_CPU_MEMORY``, ``THUNDER_CORE_COMPILE_IN_BACKGROUND``, ``THUNDER_CORE_PROGRESS``,
-``THUNDER_CORE_CACHE_DIR``); the config file (the TOML file
+``THUNDER_CORE_CACHE_DIR``, ``THUNDER_CORE_CACHE_TRACES``); the config file (the TOML file
 ``THUNDER_CORE_CONFIG`` names, else ``[tool.thunder-core]`` in the nearest pyproject.toml).
 """
 
@@ -36,6 +36,8 @@ CONFIG_KEYS = {
     'regions with torch while their executor compiles them on a worker thread; "always": the first too',
     "progress": '"auto" (default): a compile running for more than 2 s shows what it is doing when stderr '
     'is a terminal; "never": never; "always": wherever stderr goes',
+    "cache_traces": "true: later processes reuse captured traces from the disk cache (off by default: see "
+    "docs/getting-started.md for what it cannot see)",
     "cache_dir": "where compiled traces are kept for later processes (default: thunder_core in the user's "
     'cache directory); "off" turns the disk cache off',
     "cpu_memory": '"keep" (default): glibc keeps freed CPU memory for reuse (no page faults for a '
@@ -78,6 +80,7 @@ class JobConfig:
     compile_in_background: str = "never"
     progress: str = "auto"
     cache_dir: str | None = None  # the on-disk cache's directory; None: off
+    cache_traces: bool = False  # captured traces on disk too (not only measured executor choices)
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -200,6 +203,20 @@ def _cache_dir(value, env, table: dict, where: str) -> tuple[str | None, str]:
     return user_cache_dir("thunder_core", appauthor=False), "default"
 
 
+def _cache_traces(value, env, table: dict, where: str) -> tuple[bool, str]:
+    """Whether captured traces are stored and reused: jit(cache_traces=...) >
+    THUNDER_CORE_CACHE_TRACES > the config file's cache_traces > off."""
+    if value is not None:
+        return bool(value), "jit(cache_traces=...)"
+    if env.get("THUNDER_CORE_CACHE_TRACES"):
+        return env["THUNDER_CORE_CACHE_TRACES"].lower() in ENV_FLAGS, "THUNDER_CORE_CACHE_TRACES"
+    if "cache_traces" in table:
+        if not isinstance(table["cache_traces"], bool):
+            raise ConfigError(f"{where}: cache_traces must be true or false, got {table['cache_traces']!r}")
+        return table["cache_traces"], where
+    return False, "default"
+
+
 def resolve(
     *,
     executors=None,
@@ -209,6 +226,7 @@ def resolve(
     select=None,
     compile_in_background=None,
     cache_dir=DEFAULT_CACHE_DIR,
+    cache_traces=None,
 ) -> JobConfig:
     """Combine the three sources into one JobConfig (names are checked later, against discovery)."""
     path, table = find_config_file()
@@ -285,4 +303,5 @@ def resolve(
     )
     config.progress, config.sources["progress"] = _progress(env, table, where)
     config.cache_dir, config.sources["cache_dir"] = _cache_dir(cache_dir, env, table, where)
+    config.cache_traces, config.sources["cache_traces"] = _cache_traces(cache_traces, env, table, where)
     return config
