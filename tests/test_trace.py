@@ -87,3 +87,16 @@ def test_generated_names_never_shadow_globals():
     args = [torch.randn(2) for _ in range(3)]
     torch.testing.assert_close(jfn(*args), fn(*args))
     assert "def computation(torch_, prims_, t0_1):" in thunder_core.last_traces(jfn)[0].python()
+
+
+def test_an_int_enum_member_in_a_trace_is_passed_as_itself():
+    import enum
+
+    class Factor(enum.IntEnum):
+        K = 2
+
+    def f(x):
+        return x * Factor.K + Factor.K
+
+    x = torch.randn(4)
+    torch.testing.assert_close(thunder_core.jit(f)(x), f(x))

@@ -114,7 +114,19 @@ class CaptureMode(TorchFunctionMode):
         return _dispatch(func, args, kwargs)
 
 
+def _plain_number(x):
+    """An ``IntEnum``/``IntFlag`` member (or another subclass of a Python number) as the plain
+    number torch takes it for: the trace prints and decomposes plain numbers only."""
+    if type(x) in (bool, int, float, complex) or not isinstance(x, (int, float, complex)):
+        return x
+    for kind in (int, float, complex):  # bool cannot be subclassed
+        if isinstance(x, kind):
+            return kind(x)
+    return x
+
+
 def _dispatch(func, args, kwargs):
+    args, kwargs = tree_map(_plain_number, args), tree_map(_plain_number, kwargs)
     if kwargs.get("out") is not None:  # writes into a given tensor: an in-place call, run as written
         return opaque_symbol(func, kwargs)(*args, **kwargs)
     entry = lookup(func)

@@ -98,13 +98,13 @@ class Printer:
                 # A part of a program (a fusion region) using a size none of its inputs has.
                 raise symbolic.SymbolicSizeError(f"the size {x} is not a size of this program's inputs")
             return symbolic.source(x)
-        if x is None or isinstance(x, (bool, int, str)):
+        if x is None or type(x) in (bool, int, str):  # not an IntEnum member: its repr is no literal
             return repr(x)
-        if isinstance(x, float):
+        if type(x) is float:
             if math.isfinite(x):
                 return repr(x)
             return f"float({str(x)!r})"
-        if isinstance(x, complex):
+        if type(x) is complex:
             return f"complex({self.value(x.real)}, {self.value(x.imag)})"
         if isinstance(x, torch.dtype):
             return str(x)
