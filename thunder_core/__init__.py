@@ -15,6 +15,7 @@ from torch import nn
 
 import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
 from thunder_core._version import __version__
+from thunder_core.disk_cache import DEFAULT_CACHE_DIR
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
 from thunder_core.executors.background import wait_for_compiles
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
@@ -23,7 +24,6 @@ from thunder_core.inspection import cache_info, last_backward_traces, last_block
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule, jit_method
-from thunder_core.plugins.config import DEFAULT_CACHE_DIR
 from thunder_core.plugins.errors import ConfigError, PluginError
 
 __all__ = [

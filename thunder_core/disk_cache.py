@@ -32,6 +32,21 @@ _lock = threading.Lock()  # the caches opened
 _warn_lock = threading.Lock()
 
 
+class _DefaultCacheDir:
+    """``jit(cache_dir=...)`` not given: the environment, the config file, then the user's cache
+    directory (``thunder_core.plugins.config``). One object (pickled by name), so that no path
+    string is taken for it."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_CACHE_DIR"
+
+    def __reduce__(self) -> str:
+        return "DEFAULT_CACHE_DIR"
+
+
+DEFAULT_CACHE_DIR = _DefaultCacheDir()
+
+
 def open_disk_cache(directory: str, kind: str) -> DiskCache | None:
     """The cache of ``kind`` in ``directory``, opened once per process (None: unusable, warned once)."""
     with _lock:

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from thunder_core.disk_cache import DiskCache, open_disk_cache
+from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, open_disk_cache
 from thunder_core.errors import CaptureError
 from thunder_core.executors.background import compiling_in_background, wants_background
 from thunder_core.executors.decisions import decisions_kept_in
@@ -607,7 +607,7 @@ def _remade(remake, fn):
 
 def job_from_arguments(arguments: dict):
     """The job ``thunder_core.jit``'s arguments select, with the environment and the config file."""
-    from thunder_core.plugins.config import DEFAULT_CACHE_DIR, resolve
+    from thunder_core.plugins.config import resolve
     from thunder_core.plugins.job import build_job
 
     selection = {

@@ -572,9 +572,10 @@ class GuardBuilder:
             )
             path = root
             for position, attr in enumerate(chain[1:], 1):
-                if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _STABLE_MODULES:
+                if not isinstance(value, types.ModuleType):
+                    break
+                if value.__name__.split(".")[0] in _STABLE_MODULES:
                     self._stable_module_read(value, chain[position:], path)
-                if not isinstance(value, types.ModuleType) or value.__name__.split(".")[0] in _STABLE_MODULES:
                     break
                 namespace = vars(value)
                 owner = self.bind(namespace, "g")

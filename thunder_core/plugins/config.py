@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from thunder_core.disk_cache import DEFAULT_CACHE_DIR
 from thunder_core.plugins.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -49,20 +50,6 @@ BACKGROUND = ("never", "recompiles", "always")
 PROGRESS = ("auto", "never", "always")
 ENV_FLAGS = ("1", "true", "yes", "on")
 CACHE_OFF = "off"
-
-
-class _DefaultCacheDir:
-    """``jit(cache_dir=...)`` not given: the environment, the config file, then the user's cache
-    directory. One object (pickled by name), so that no path string is taken for it."""
-
-    def __repr__(self) -> str:
-        return "DEFAULT_CACHE_DIR"
-
-    def __reduce__(self) -> str:
-        return "DEFAULT_CACHE_DIR"
-
-
-DEFAULT_CACHE_DIR = _DefaultCacheDir()
 
 
 @dataclass
