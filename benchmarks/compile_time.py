@@ -3,7 +3,9 @@
 First, ``a + b`` on 4x4 tensors in a fresh process, timed from just after ``import torch`` (so
 importing thunder_core counts) to its first result: eager, torch.compile, thunder_core with the
 torch executor alone and with the default executors installed (median of ``--add-rounds``
-fresh processes each).
+fresh processes each). thunder_core also in a process after one that filled its disk cache:
+with the default settings (it keeps operations' output metadata and measured executor choices)
+and with ``THUNDER_CORE_CACHE_TRACES=1`` (captured traces too).
 
 A transformer is N copies of one block; thunder_core compiles each distinct block once
 (``reuse_blocks``, on by default), so most of the first call should not grow with depth. For
@@ -37,7 +39,9 @@ sys.path.insert(0, HERE)
 CAPTURE_ONCE = "thunder_core(capture_blocks_once=True)"
 BACKENDS = ("eager", "torch.compile", "thunder_core", CAPTURE_ONCE, "thunder_core(reuse_blocks=False)")
 ADD_BACKENDS = ("eager", "torch.compile", "thunder_core[torch]", "thunder_core")
-DISK_WARM = " (disk cache warm)"  # the same backend, in a process after one that stored its trace
+# The same backend in a process after one that filled thunder_core's disk cache: with the default
+# settings (output metadata and executor choices kept), and with its captured traces kept too.
+SECOND_PROCESS = (" (disk cache warm)", " (disk cache warm, traces kept)")
 BATCH, LENGTH, WIDTH = 4, 256, 256
 
 
@@ -120,19 +124,22 @@ def main() -> None:
     )
     warm_backends = [b for b in ADD_BACKENDS if b.startswith("thunder_core")]
     add_times: dict[str, list[float]] = {
-        b: [] for b in [*ADD_BACKENDS, *(b + DISK_WARM for b in warm_backends)]
+        b: [] for b in [*ADD_BACKENDS, *(b + suffix for b in warm_backends for suffix in SECOND_PROCESS)]
     }
-    with tempfile.TemporaryDirectory() as traces:
-        disk_env = {"THUNDER_CORE_CACHE_DIR": traces, "THUNDER_CORE_CACHE_TRACES": "1"}
-        for backend in warm_backends:  # a first process stores its trace (each plain run gets an empty cache)
-            run_isolated(__file__, "--backend", backend, "--add", env=disk_env)
+    with tempfile.TemporaryDirectory() as kept, tempfile.TemporaryDirectory() as traces:
+        second_env = {
+            SECOND_PROCESS[0]: {"THUNDER_CORE_CACHE_DIR": kept},
+            SECOND_PROCESS[1]: {"THUNDER_CORE_CACHE_DIR": traces, "THUNDER_CORE_CACHE_TRACES": "1"},
+        }
+        for backend in warm_backends:  # a first process fills the cache (each plain run gets an empty one)
+            for env in second_env.values():
+                run_isolated(__file__, "--backend", backend, "--add", env=env)
         for _ in range(args.add_rounds):
             for backend in add_times:
-                base = backend.removesuffix(DISK_WARM)
-                env = disk_env if base != backend else None
-                add_times[backend].append(
-                    run_isolated(__file__, "--backend", base, "--add", env=env)["first_call_s"]
-                )
+                suffix = next((s for s in SECOND_PROCESS if backend.endswith(s)), "")
+                base = backend.removesuffix(suffix) if suffix else backend
+                result = run_isolated(__file__, "--backend", base, "--add", env=second_env.get(suffix))
+                add_times[backend].append(result["first_call_s"])
     for backend, times in add_times.items():
         times.sort()
         print(

@@ -18,6 +18,8 @@ from thunder_core.capture import symbolic
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.tree import leaves, tree_map
+from thunder_core.ops import kept_answers
+from thunder_core.ops.kept_answers import NotKept, TensorSpec
 
 
 def _target_device(args, kwargs) -> torch.device:
@@ -76,16 +78,6 @@ class _NotMemoizable(Exception):
     pass
 
 
-class _TensorSpec:
-    __slots__ = ("shape", "dtype", "requires_grad", "stride")
-
-    def __init__(self, y: torch.Tensor):
-        self.shape = y.shape
-        self.dtype = y.dtype
-        self.requires_grad = y.requires_grad
-        self.stride = y.stride()
-
-
 _IMMUTABLE = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _MEMO_LIMIT = 50_000
 _memo: dict[tuple, object] = {}
@@ -127,12 +119,25 @@ def _memo_key(fn, args, kwargs) -> tuple:
     return (fn, state, tuple(parts))
 
 
+def _question(memo_key: tuple) -> str:
+    """A memo key as text for the on-disk cache (NotKept for an operation with no stable name)."""
+    fn, state, parts = memo_key
+    return repr(("meta", kept_answers.function_name(fn), state, parts))
+
+
+def _kept_answer(memo_key: tuple):
+    try:
+        return kept_answers.lookup(_question(memo_key))
+    except NotKept:
+        return None
+
+
 def _spec(out):
     """``out`` with tensors as specs; _NotMemoizable if it holds anything else mutable."""
 
     def one(y):
         if isinstance(y, torch.Tensor):
-            return _TensorSpec(y)
+            return TensorSpec.of(y)
         if isinstance(y, _IMMUTABLE) or isinstance(y, torch.Size):
             return y
         raise _NotMemoizable
@@ -154,6 +159,10 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
         try:
             key = _memo_key(fn, args, kwargs)
             spec = _memo.get(key)
+            if spec is None:
+                spec = _kept_answer(key)
+                if spec is not None:
+                    _memo[key] = spec
         except (_NotMemoizable, TypeError):  # TypeError: an unhashable value inside a tuple
             key = None
         else:
@@ -161,7 +170,7 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
                 return tree_map(
                     lambda y: (
                         new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride)
-                        if isinstance(y, _TensorSpec)
+                        if isinstance(y, TensorSpec)
                         else y
                     ),
                     spec,
@@ -179,6 +188,8 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
             if len(_memo) >= _MEMO_LIMIT:
                 _memo.clear()
             _memo[key] = spec
+            with contextlib.suppress(NotKept):
+                kept_answers.remember(_question(key), spec)
 
     def to_proxy(y):
         if not isinstance(y, torch.Tensor):

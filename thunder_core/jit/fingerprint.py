@@ -318,15 +318,20 @@ def ambient_torch_state() -> str:
 def environment() -> dict:
     """The versions a stored trace depends on (thunder-core's own sources by hash: a development
     checkout changes without its version), and the process's place in a distributed job."""
-    from thunder_core._version import __version__
-
     distributed = None
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         distributed = [torch.distributed.get_rank(), torch.distributed.get_world_size()]
+    return {**versions(), "distributed": distributed}
+
+
+def versions() -> dict:
+    """The versions of thunder-core (its sources by hash: a development checkout changes without
+    its version), torch and Python."""
+    from thunder_core._version import __version__
+
     return {
         "thunder_core": __version__,
         "thunder_core_sources": _core_sources_hash(),
-        "distributed": distributed,
         "torch": torch.__version__,
         "torch_git": getattr(torch.version, "git_version", None),
         "python": list(sys.version_info[:3]),

@@ -29,9 +29,11 @@ from thunder_core.jit.dynamic import (
     every_dim,
     fits,
 )
+from thunder_core.jit.fingerprint import versions
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
+from thunder_core.ops.kept_answers import metadata_kept_in
 from thunder_core.progress import compiling
 
 Tensor = torch.Tensor
@@ -60,6 +62,11 @@ class CacheInfo(NamedTuple):
     entries: int
     reasons: tuple[str, ...] = ()
     disk_hits: int = 0  # entries whose captured trace came from the on-disk cache
+
+
+def _versions_if(directory: str | None) -> dict:
+    """What kept operation metadata depends on; not computed when nothing is kept."""
+    return versions() if directory is not None else {}
 
 
 def _positional_names(fn) -> list[str]:
@@ -443,7 +450,8 @@ class ThunderFunction:
             disk, material, not_stored = self._disk_key(key, builder)
         if material is not None:
             restored, note = restore(disk, material, builder)
-        with decisions_kept_in(self._cache_dir()):
+        directory = self._cache_dir()
+        with decisions_kept_in(directory), metadata_kept_in(directory, _versions_if(directory)):
             try:
                 compiled = self._compile_function(args, kwargs, builder, symbolic_sizes, restored)
             except Exception:

@@ -9,7 +9,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes
 
 from thunder_core.ir.symbols import active_recorder
-from thunder_core.ops import prims
+from thunder_core.ops import kept_answers, prims
 
 __all__ = [
     "Kind",
@@ -61,8 +61,27 @@ def convert(x, dtype: torch.dtype):
     return x
 
 
+_broadcasts: dict[tuple, tuple[int, ...]] = {}
+
+
 def shape_of_broadcast(*xs) -> tuple[int, ...]:
-    return tuple(torch.broadcast_shapes(*(tuple(x.shape) for x in xs if is_tensor(x))))
+    """The shape the tensors among ``xs`` broadcast to (``torch.broadcast_shapes``; for plain
+    sizes memoized and kept on disk: PyTorch's imports sympy on first use)."""
+    shapes = tuple(tuple(x.shape) for x in xs if is_tensor(x))
+    if not all(type(size) is int for shape in shapes for size in shape):  # symbolic sizes
+        return tuple(torch.broadcast_shapes(*shapes))
+    answer = _broadcasts.get(shapes)
+    if answer is None:
+        question = repr(("broadcast", shapes))
+        kept = kept_answers.lookup(question)
+        if isinstance(kept, tuple) and all(type(size) is int for size in kept):
+            answer = kept
+        else:
+            answer = tuple(torch.broadcast_shapes(*shapes))
+            kept_answers.remember(question, answer)
+        if len(_broadcasts) < 10_000:
+            _broadcasts[shapes] = answer
+    return answer
 
 
 def broadcast_to(x, shape):
@@ -74,6 +93,41 @@ def broadcast_to(x, shape):
     return prims.broadcast_in_dim(x, tuple(shape), tuple(range(offset, len(shape))))
 
 
+_promotions: dict[tuple, tuple[torch.dtype, torch.dtype]] = {}
+_NUMBERS = (bool, int, float, complex)
+
+
 def promote(*xs, kind: Kind) -> tuple[torch.dtype, torch.dtype]:
-    """(computation dtype, result dtype) by PyTorch's elementwise type promotion."""
-    return elementwise_dtypes(*xs, type_promotion_kind=kind)
+    """(computation dtype, result dtype) by PyTorch's elementwise type promotion.
+
+    Memoized on what the answer depends on (dtypes, which tensors are zero-dim, which Python
+    number types, the default dtype) and kept on disk for later processes
+    (``thunder_core.ops.kept_answers``): PyTorch's promotion imports sympy on first use."""
+    key = _promotion_key(xs, kind)
+    if key is None:
+        return elementwise_dtypes(*xs, type_promotion_kind=kind)
+    answer = _promotions.get(key)
+    if answer is None:
+        question = repr(("promote", *key))
+        kept = kept_answers.lookup(question)
+        if isinstance(kept, tuple) and len(kept) == 2 and all(isinstance(d, torch.dtype) for d in kept):
+            answer = kept
+        else:
+            answer = tuple(elementwise_dtypes(*xs, type_promotion_kind=kind))
+            kept_answers.remember(question, answer)
+        _promotions[key] = answer
+    return answer
+
+
+def _promotion_key(xs, kind: Kind) -> tuple | None:
+    parts = []
+    for x in xs:
+        if x is None:
+            continue
+        if is_tensor(x):
+            parts.append((str(x.dtype), x.ndim == 0))
+        elif type(x) in _NUMBERS:
+            parts.append(type(x).__name__)
+        else:  # a symbolic number, or something PyTorch will refuse: asked every time
+            return None
+    return (kind.name, str(torch.get_default_dtype()), tuple(parts))
