@@ -191,14 +191,59 @@ def _unused_name(base: str, taken: set[str]) -> str:
     return next(f"{base}{i or ''}" for i in itertools.count() if f"{base}{i or ''}" not in taken)
 
 
-def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
-    """Print ``trace`` as a function definition."""
+def region_name(trace, bsym: BoundSymbol) -> str:
+    """The profiler range of one executor call: ``thunder_core/<trace>/<operation> [<executor>]``."""
+    name = bsym.impl_name or bsym.symbol.name
+    return f"thunder_core/{trace.function_name}/{name} [{bsym.executor}]"
+
+
+def _profiled_calls(trace) -> bool:
+    return any(b.executor not in (None, "python") for b in trace.bound_symbols)
+
+
+class _ProfiledVersion:
+    """The trace compiled with a profiler range around every executor call, built on first use."""
+
+    def __init__(self, trace):
+        self.trace = trace
+        self.run = None
+
+    def __call__(self, *args):
+        if self.run is None:
+            self.run = trace_to_python(self.trace, subsymbol_depth=0, profiled=True).callable()
+        return self.run(*args)
+
+
+def _profiler_enabled_expression(printer: Printer) -> str:
+    """Source that is true while ``torch.profiler`` (or the autograd profiler) records."""
+    import torch.autograd.profiler as profiler
+
+    if isinstance(getattr(profiler, "_is_profiler_enabled", None), bool):  # a module flag: cheapest
+        return f"{printer.namespace.module('_autograd_profiler', profiler)}._is_profiler_enabled"
+    return f"{printer.namespace.add(torch._C._autograd._profiler_enabled, 'profiler_enabled')}()"
+
+
+def trace_to_python(
+    trace, *, subsymbol_depth: int = 1, profiled: bool = False, profiler_switch: bool = False
+) -> PythonCode:
+    """Print ``trace`` as a function definition.
+
+    ``profiled``: every executor call runs inside a ``torch.profiler.record_function`` range
+    named by ``region_name``, and the whole call inside ``thunder_core/<function name>``.
+    ``profiler_switch``: the function first checks whether a profiler is recording and, if so,
+    runs the profiled version instead (built on first use), so that ranges cost nothing otherwise.
+    """
     printer = Printer()
     names = [p.name for p in trace.inputs]
     box = _unused_name("inputs", set(names)) if trace.boxed_inputs else None
     lines = [f"def {trace.function_name}({box or ', '.join(names)}):"]
     for p in trace.inputs:
         lines.append(f'  # {p.name}: "{p.type_string()}"')
+    if profiler_switch and _profiled_calls(trace):
+        switch = printer.namespace.add(_ProfiledVersion(trace), "profiled_version")
+        lines.append(f"  if {_profiler_enabled_expression(printer)}:")
+        lines.append(f"    return {switch}({box or ', '.join(names)})")
+    body_start = len(lines)
     if box is not None:
         if names:
             lines.append(f"  {', '.join(names)}{',' if len(names) == 1 else ''} = {box}")
@@ -207,13 +252,18 @@ def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
     for symbol, size, read in bindings:
         lines.append(f"  {symbolic.symbol_source(symbol, size)} = {read}")
     printer.bound_sizes = {symbol for symbol, _, _ in bindings}
+    record = printer.namespace.add(torch.profiler.record_function, "record_function") if profiled else None
     last_source = None
     for bsym in trace.bound_symbols:
         if bsym.source is not None and bsym.source != last_source:
             lines.append("")
             lines.append(f"  # {bsym.source}")
             last_source = bsym.source
-        lines += printer.bound_symbol(bsym, "  ", subsymbol_depth)
+        if profiled and bsym.executor not in (None, "python"):
+            lines.append(f"  with {record}({region_name(trace, bsym)!r}):")
+            lines += printer.bound_symbol(bsym, "    ", subsymbol_depth)
+        else:
+            lines += printer.bound_symbol(bsym, "  ", subsymbol_depth)
     if trace.output_treespec is not None:
         from torch.utils._pytree import tree_unflatten
 
@@ -222,6 +272,11 @@ def trace_to_python(trace, *, subsymbol_depth: int = 1) -> PythonCode:
         lines.append(f"  return {rebuild}({printer.value(list(trace.output))})")
     else:
         lines.append(f"  return {printer.value(trace.output)}")
+    if profiled:
+        lines[body_start:] = [
+            f"  with {record}({('thunder_core/' + trace.function_name)!r}):",
+            *("  " + line if line else line for line in lines[body_start:]),
+        ]
     header = []
     if trace.provenance is not None:
         header.append(f"# {trace.provenance}")

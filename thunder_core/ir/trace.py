@@ -76,7 +76,9 @@ class Trace:
     def python_callable(self):
         """Compile the trace into a Python function taking ``inputs`` in order."""
         if self._callable is None:
-            self._callable = self.python_code(subsymbol_depth=0).callable()
+            from thunder_core.ir.codegen import trace_to_python
+
+            self._callable = trace_to_python(self, subsymbol_depth=0, profiler_switch=True).callable()
         return self._callable
 
     def __str__(self) -> str:
