@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from models import litgpt_gpt, token_batch
+from models import hf_zoo, litgpt_gpt, token_batch
 from torch.profiler import profile
 
 import thunder_core
@@ -73,3 +73,64 @@ def test_without_a_profiler_the_plain_program_runs():
         torch.testing.assert_close(jitted(x), f(x))
     assert profiled.run is not None
     assert f"thunder_core/{executed.function_name}" in {e.name for e in prof.events()}
+
+
+def _registered(name: str) -> bool:
+    from thunder_core.ops.prims import PRIMS
+    from thunder_core.ops.registry import TORCH_SYMBOLS
+
+    return any(s.printed_name == name for s in (*TORCH_SYMBOLS.values(), *PRIMS.values()))
+
+
+@pytest.mark.parametrize("name", sorted(hf_zoo()))
+def test_examine_lists_what_runs_natively_and_opaquely_and_agrees_with_eager(name):
+    torch.manual_seed(0)
+    model = hf_zoo()[name]()
+    idx = token_batch(2, 16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    kwargs = {"decoder_input_ids": idx} if name == "t5" else {}
+    found = thunder_core.examine(model, idx, **kwargs)
+    assert not found.error
+    assert found.matches_eager, found.mismatch
+    assert found.gradients_compared > 0  # training: every parameter's gradient was compared too
+    assert sum(found.native.values()) > 0
+    for op in found.native:  # thunder-core's own symbols ...
+        assert _registered(op), op
+    for op in found.opaque:  # ... and torch calls it has no symbol for
+        assert not _registered(op), op
+    assert found.executors and set(found.executors) <= {*found.explanation.executors, "(decomposed)"}
+    text = str(found)
+    assert "matches eager" in text and all(op in text for op in found.opaque)
+    for k, v in model.state_dict().items():  # the caller's model is untouched (no gradients either)
+        torch.testing.assert_close(v, before[k])
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_examine_counts_an_opaque_operation_and_a_repeated_block_per_call():
+    def program(x):
+        y = x * 2
+        y.add_(1)  # in-place methods on intermediates: opaque torch calls
+        y.add_(x)
+        return y.sin()
+
+    found = thunder_core.examine(program, torch.rand(8))
+    assert found.opaque["torch.Tensor.add_"] == 2
+    assert found.native["torch.sin"] == 1 and found.native["torch.mul"] == 1
+    assert found.matches_eager
+
+    model = litgpt_gpt(n_layer=3)
+    idx = token_batch(2, 8)
+    reused = thunder_core.examine(model, idx)
+    separate = thunder_core.examine(model, idx, jit_options={"reuse_blocks": False})
+    assert reused.native == separate.native and reused.opaque == separate.opaque
+
+
+def test_examine_reports_what_it_cannot_compile_instead_of_raising():
+    def branches_on_data(x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    found = thunder_core.examine(branches_on_data, torch.ones(3))
+    assert "DataDependentError" in found.error and found.matches_eager is None
+    assert "could not compile or run" in str(found)

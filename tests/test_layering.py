@@ -34,7 +34,7 @@ LAYERS = [
     ("executors",),
     ("plugins",),
     ("jit", "dynamo"),
-    ("inspection", "explain"),
+    ("inspection", "explain", "examine", "repro"),
     ("extend", "testing", "cli", "templates", "__main__", ""),
 ]
 

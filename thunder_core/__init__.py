@@ -17,6 +17,7 @@ import thunder_core.ops  # noqa: F401  (registers the torch-level symbols)
 from thunder_core._version import __version__
 from thunder_core.disk_cache import DEFAULT_CACHE_DIR
 from thunder_core.errors import CaptureError, DataDependentError, ThunderCoreError
+from thunder_core.examine import Examination, examine
 from thunder_core.executors.background import wait_for_compiles
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
 from thunder_core.explain import Explanation, explain
@@ -25,6 +26,7 @@ from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule, jit_method
 from thunder_core.plugins.errors import ConfigError, PluginError
+from thunder_core.repro import ReproError, save_repro
 
 __all__ = [
     "__version__",
@@ -37,6 +39,10 @@ __all__ = [
     "RegionNotSupported",
     "Rejection",
     "explain",
+    "Examination",
+    "examine",
+    "ReproError",
+    "save_repro",
     "CacheInfo",
     "CaptureError",
     "DataDependentError",

@@ -60,7 +60,12 @@ def _claim(executor, bsym: BoundSymbol) -> BoundSymbol:
         if bsym.symbol.impl is None:
             return claimed
         guarded = FirstCall(
-            claimed.impl, lambda: bsym.symbol.impl, executor.name, operations([bsym]), impure=is_impure(bsym)
+            claimed.impl,
+            lambda: bsym.symbol.impl,
+            executor.name,
+            operations([bsym]),
+            impure=is_impure(bsym),
+            bound_symbols=[bsym],
         )
         return claimed.replace(impl=guarded)
     if isinstance(executor, FusionExecutor):

@@ -274,7 +274,9 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 return
             except Exception as error:
                 run[:] = whole
-                give_back(report_failure(executor.name, "compiling a region", operations(run), error))
+                give_back(
+                    report_failure(executor.name, "compiling a region", operations(run), error, list(run))
+                )
                 run.clear()
                 return
             regions += 1
@@ -284,6 +286,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 executor.name,
                 operations(run),
                 impure=impure,
+                bound_symbols=list(run),
             )
             symbol = Symbol(name=name, impl=fn, printed_name=name)
             out = tuple(region.outputs)

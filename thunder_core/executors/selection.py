@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from thunder_core.executors import decisions
+from thunder_core.executors import decisions, failures
 from thunder_core.executors.background import BackgroundCompile, compiles_pending, in_background
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, has_symbolic_sizes
 from thunder_core.executors.caches import ColdInputs
@@ -151,12 +151,15 @@ class Measured:
         operations: str,
         key: tuple | None = None,
         waits_for: BackgroundCompile | None = None,
+        bound_symbols=None,
     ):
         self.candidates = candidates
+        self._bound_symbols = bound_symbols  # the operations, for a reproducer of a failure
         self.waits_for = waits_for  # the claim, compiling in the background: measured once it is done
         self._operations = operations
         self._key = key
         self._strict = _strict.get()
+        self._options = failures._options.get()
         self._background = in_background()  # alternatives are compiled once the worker is idle
         self._store = decisions.current_store()  # choices of earlier processes, on disk
         self._slots: list[tuple[dict, str]] = []
@@ -182,12 +185,13 @@ class Measured:
             try:
                 out = fn(*args, **kwargs)
             except Exception as error:  # a candidate that fails drops out, as a failed first run would
-                token = _strict.set(self._strict)
+                token, options_token = _strict.set(self._strict), failures._options.set(self._options)
                 try:
                     failed[candidate.name] = report_failure(
-                        candidate.name, "on its first run", self._operations, error
+                        candidate.name, "on its first run", self._operations, error, self._bound_symbols
                     )
                 finally:
+                    failures._options.reset(options_token)
                     _strict.reset(token)
                 continue
             ready[candidate.name] = fn
@@ -428,7 +432,11 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             candidates = [Candidate(owner.name, lambda b=background: b), torch_candidate]
             key = claim_key(bsym, owner, executors, candidates)
             ops = list(bsym.subsymbols)
-            bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key, waits_for=background)))
+            bsyms.append(
+                bsym.replace(
+                    impl=Measured(candidates, operations(ops), key, waits_for=background, bound_symbols=ops)
+                )
+            )
             changed = True
             continue
         candidates = _candidates(bsym, owner, executors, claim, room)
@@ -437,7 +445,7 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             continue
         ops = list(bsym.subsymbols) or [bsym]
         key = claim_key(bsym, owner, executors, candidates)
-        bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key)))
+        bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key, bound_symbols=ops)))
         changed = True
     if not changed:
         return trace

@@ -106,7 +106,7 @@ def _lower(trace: Trace, job) -> list[Trace]:
     select = job.config.select if job is not None and job.config is not None else "priority"
     traces = [dce(trace)]
     progress.stage("assigning executors and compiling regions")
-    with strictness(strict):
+    with strictness(strict, options):
         traces.append(assign_executors(traces[-1], executors, options, select))
     traces += _run_passes(traces[-1], job, "after_executors")
     traces.append(delete_last_used(traces[-1]))
