@@ -34,7 +34,7 @@ LAYERS = [
     ("executors",),
     ("plugins",),
     ("jit", "dynamo"),
-    ("inspection", "explain", "examine", "repro"),
+    ("inspection", "explain", "examine", "repro", "report"),
     ("extend", "testing", "cli", "templates", "__main__", ""),
 ]
 

@@ -26,6 +26,7 @@ from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
 from thunder_core.jit.module import ThunderModule, jit_method
 from thunder_core.plugins.errors import ConfigError, PluginError
+from thunder_core.report import report
 from thunder_core.repro import ReproError, save_repro
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "Examination",
     "examine",
     "ReproError",
+    "report",
     "save_repro",
     "CacheInfo",
     "CaptureError",

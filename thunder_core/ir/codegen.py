@@ -192,9 +192,16 @@ def _unused_name(base: str, taken: set[str]) -> str:
 
 
 def region_name(trace, bsym: BoundSymbol) -> str:
-    """The profiler range of one executor call: ``thunder_core/<trace>/<operation> [<executor>]``."""
+    """The profiler range of one executor call: ``thunder_core/<trace>/<operation> <first output>
+    [<executor>]``
+    (``[program]`` for a call of a repeated block's program, whose operations have ranges of their own)."""
+    from thunder_core.ir.symbols import PROGRAM
+
     name = bsym.impl_name or bsym.symbol.name
-    return f"thunder_core/{trace.function_name}/{name} [{bsym.executor}]"
+    executor = (
+        "program" if bsym.symbol.has_tag(PROGRAM) else bsym.executor
+    )  # a block's: its own ranges inside
+    return f"thunder_core/{trace.function_name}/{name} [{executor}]"
 
 
 def _profiled_calls(trace) -> bool:

@@ -18,6 +18,7 @@ PYTHON = "python"  # bookkeeping run by the python executor (unpacking, deleting
 AUTOGRAD_FALLBACK = "autograd_fallback"  # differentiated by PyTorch autograd at run time
 WHOLE = "whole"  # a fused kernel: claimed whole or run whole by torch, never split for partial claims
 RECOMPUTE = "recompute"  # recomputed in the backward from its inputs rather than saved (a gather of a shard)
+PROGRAM = "program"  # calls another compiled trace (a repeated block's program), which has its own ranges
 EFFECT = "effect"  # acts outside its outputs (a hook registered, a user callback): never dead code
 
 

@@ -21,7 +21,7 @@ from thunder_core.autodiff.joint import requires_autodiff, split_forward_backwar
 from thunder_core.capture.blocks import BLOCK, inline_blocks
 from thunder_core.capture.recorder import Namer
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
-from thunder_core.ir.symbols import EFFECT, INPLACE, BoundSymbol, Symbol, active_recorder, is_impure
+from thunder_core.ir.symbols import EFFECT, INPLACE, PROGRAM, BoundSymbol, Symbol, active_recorder, is_impure
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 from thunder_core.ops.shapes import VIEW_OPS
@@ -45,6 +45,8 @@ class BlockProgram:
 
 
 # Argument values compared by value; the trace holds every other object alive, so ids are unique.
+_PROGRAM = frozenset({PROGRAM})  # the tag of a call of a block's compiled program
+
 _BY_VALUE = (bool, int, float, complex, str, type(None), type(Ellipsis), torch.dtype, torch.device,
              torch.memory_format, torch.layout, enum.Enum)  # fmt: skip
 
@@ -207,16 +209,24 @@ class _Hoisted:
     values: tuple
 
 
+def _named(traces: list[Trace], name: str) -> list[Trace]:
+    """A block's lowered traces, named after it (``block_1_forward``): what the generated functions
+    and their profiler ranges are called."""
+    for trace in traces:
+        trace.function_name = name
+    return traces
+
+
 def _hoisted(
     group: _Group, invariants: Trace | None, lower, inputs: list
 ) -> tuple[_Hoisted, list[Trace]] | None:
     """The symbol computing ``invariants`` once (lowered for the job), and its traces."""
     if invariants is None:
         return None
-    traces = lower(invariants)
+    traces = _named(lower(invariants), f"{group.name}_invariants")
     run = traces[-1].python_callable()
     name = f"{group.name}_invariants"
-    symbol = Symbol(name=name, impl=lambda *args: tuple(run(*args)), printed_name=name)
+    symbol = Symbol(name=name, impl=lambda *args: tuple(run(*args)), printed_name=name, tags=_PROGRAM)
     position = {p.name: i for i, p in enumerate(inputs)}
     return _Hoisted(symbol, [position[p.name] for p in invariants.inputs], invariants.output), [
         invariants,
@@ -235,10 +245,10 @@ def _compile_group(group: _Group, lower, job_executors, invariant: set[str] = fr
         returned = {p.name for p in leaves(body.output) if hasattr(p, "name")}
         body, invariants = _hoist_invariants(body, invariant, returned)
         hoisted, program.invariant_traces = _hoisted(group, invariants, lower, original_inputs) or (None, [])
-        traces = lower(body)
+        traces = _named(lower(body), group.name)
         program.traces = [group.body, *traces]
         run = traces[-1].python_callable()
-        return Symbol(name=group.name, impl=run, printed_name=group.name), program, hoisted
+        return Symbol(name=group.name, impl=run, printed_name=group.name, tags=_PROGRAM), program, hoisted
 
     with torch.enable_grad():  # the gradient's own ops are recorded as grad mode on
         split = split_forward_backward(body, job_executors)
@@ -246,7 +256,8 @@ def _compile_group(group: _Group, lower, job_executors, invariant: set[str] = fr
     returned = {p.name for p in leaves(forward.output[0]) if hasattr(p, "name")}
     forward, invariants = _hoist_invariants(forward, invariant, returned)
     hoisted, program.invariant_traces = _hoisted(group, invariants, lower, original_inputs) or (None, [])
-    forward_traces, backward_traces = lower(forward), lower(backward)
+    forward_traces = _named(lower(forward), f"{group.name}_forward")
+    backward_traces = _named(lower(backward), f"{group.name}_backward")
     program.traces = [body, split.forward, *forward_traces]
     program.backward_traces = [split.backward, *backward_traces]
     run_forward = forward_traces[-1].python_callable()
@@ -272,6 +283,7 @@ def _compile_group(group: _Group, lower, job_executors, invariant: set[str] = fr
         name=f"{group.name}_forward",
         impl=forward_and_saved,
         printed_name=f"{group.name}_forward",
+        tags=_PROGRAM,
         meta=lambda *args: tuple(_fresh(p) for p in (*outputs_like, *saved_returned_like)),
     )
     grads_like = backward.output
@@ -279,6 +291,7 @@ def _compile_group(group: _Group, lower, job_executors, invariant: set[str] = fr
         name=f"{group.name}_backward",
         impl=lambda *args: tuple(run_backward(*args)),
         printed_name=f"{group.name}_backward",
+        tags=_PROGRAM,
         meta=lambda *args: tuple(None if g is None else _fresh(g) for g in grads_like),
     )
 
@@ -300,7 +313,7 @@ def _compile_group(group: _Group, lower, job_executors, invariant: set[str] = fr
 
         return tuple(outputs), pullback
 
-    symbol = Symbol(name=group.name, impl=outputs_only, printed_name=group.name, vjp=vjp)
+    symbol = Symbol(name=group.name, impl=outputs_only, printed_name=group.name, vjp=vjp, tags=_PROGRAM)
     return symbol, program, hoisted
 
 
