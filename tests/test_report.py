@@ -100,14 +100,15 @@ def test_the_report_of_a_training_step_holds_its_traces_times_and_cache(tmp_path
     path, jitted = _training_report(tmp_path, 4, "report.html")
     text = path.read_text()
     data = _embedded(text)
-    measured = data["measured"]
+    (section,) = data["sections"]
+    measured = section["measured"]
     assert measured["trains"] and measured["eager_ms"]["median"] > 0 and measured["compiled_ms"]["median"] > 0
     executed = [t for t in thunder_core.last_traces(jitted) if t.decisions]
     assert executed and all(f"thunder_core/{t.function_name}" in measured["regions"] for t in executed)
     (block,) = thunder_core.last_blocks(jitted)
     assert f"{block.name}: " in text and "× 4 calls" in text  # the layer shown once, with its count
     assert text.count(f"Repeated block {block.name}") == 1
-    program = data["programs"][0]
+    program = section["programs"][0]
     assert [e["reason"] for e in program["entries"]] == list(thunder_core.cache_info(jitted).reasons)
     assert program["entries"][0]["guards"] > 0
     assert program["saved"] and all(s["bytes"] > 0 for s in program["saved"])
@@ -123,7 +124,7 @@ def test_the_report_renders_in_a_browser_with_regions_colours_and_times(tmp_path
     assert body.get("data-rendered") == "true"  # the page's script ran to its end
     rows = dom.with_class("region-time")
     assert rows and {r["data-executor"] for r in rows} >= {"torch"}
-    if "inductor" in data["executors"]:
+    if "inductor" in data["sections"][0]["executors"]:
         assert any(r["data-executor"] == "inductor" for r in rows)
         assert dom.with_class("region")  # fused regions, folded with their operations
     for element in [*rows, *dom.with_class("executor-time")]:  # coloured by executor, as the legend says
@@ -156,9 +157,46 @@ def test_the_report_of_torch_compile_shows_graphs_breaks_and_splits(tmp_path, ca
         compiled(x, w)
     path = thunder_core.report(compiled, x, w, path=tmp_path / "dynamo.html", rounds=1)
     data = _embedded(path.read_text())
-    dynamo = data["dynamo"]
+    (section,) = data["sections"]
+    dynamo = section["dynamo"]
     assert len(dynamo["graphs"]) >= 2
     (graph_break,) = dynamo["breaks"]
     assert "_with_break" in graph_break["location"] or "test_report.py" in graph_break["location"]
-    assert data["programs"] and all(p["label"].startswith("graph ") for p in data["programs"])
+    assert section["programs"] and all(p["label"].startswith("graph ") for p in section["programs"])
     torch._dynamo.reset()
+
+
+SCRIPT = """
+import sys, torch, thunder_core
+from models import litgpt_gpt, token_batch
+
+model = thunder_core.jit(litgpt_gpt(n_layer=2))
+double = thunder_core.jit(lambda a, b: torch.tanh(a @ b) * 2)
+unused = thunder_core.jit(lambda a: a + 1)  # never called: not in the report
+idx = token_batch(2, 16)
+model(idx).mean().backward()
+double(torch.randn(4, 4), torch.randn(4, 4))
+print("arguments:", sys.argv[1:])
+"""
+
+
+def test_the_cli_reports_every_program_a_script_jitted(tmp_path):
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    output = tmp_path / "out.html"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "thunder_core", "report", "-o", str(output), "--rounds", "1", str(script), "--flag"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "arguments: ['--flag']" in done.stdout and "2 jitted program(s)" in done.stdout
+    data = _embedded(output.read_text())
+    assert [s["title"] for s in data["sections"]] == ["GPT", "<lambda>"]
+    assert all(s["measured"]["compiled_ms"]["median"] > 0 for s in data["sections"])
+    assert data["sections"][0]["measured"]["trains"] and not data["sections"][1]["measured"]["trains"]

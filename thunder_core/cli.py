@@ -3,6 +3,7 @@
 thunder-core plugins [--json]     every discovered executor and plugin, with its status
 thunder-core doctor               what to install on this machine
 thunder-core new-executor NAME    write a new executor package from the template
+thunder-core report SCRIPT.py     run a script, then write the HTML report of what it jitted
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def cmd_new_executor(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from thunder_core.report.script import report_script
+
+    return report_script(args.script, args.script_args, args.output, args.rounds)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="thunder-core", description="thunder-core executors and plugins")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,6 +127,14 @@ def main(argv=None) -> int:
     new.add_argument("name", help="short name, e.g. 'mykernels' -> thunder-executor-mykernels")
     new.add_argument("--directory", default=".", help="where to create the package folder")
     new.set_defaults(run=cmd_new_executor)
+    report = sub.add_parser(
+        "report", help="run a script, then write the HTML report of every program it jitted"
+    )
+    report.add_argument("script", help="the Python script to run")
+    report.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    report.add_argument("-o", "--output", default="report.html", help="where to write the page")
+    report.add_argument("--rounds", type=int, default=3, help="timed rounds against eager per program")
+    report.set_defaults(run=cmd_report)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -192,16 +192,29 @@ def _unused_name(base: str, taken: set[str]) -> str:
 
 
 def region_name(trace, bsym: BoundSymbol) -> str:
-    """The profiler range of one executor call: ``thunder_core/<trace>/<operation> <first output>
-    [<executor>]``
-    (``[program]`` for a call of a repeated block's program, whose operations have ranges of their own)."""
+    """The profiler range of one line of an executed trace:
+    ``thunder_core/<trace>/<operation> <first output> [<executor that runs it>]``. The executor
+    is the one that runs the line now: a measured claim's winner, torch after a failed first
+    run, ``program`` for a call of a repeated block's program (whose lines have ranges of their own).
+    """
     from thunder_core.ir.symbols import PROGRAM
 
     name = bsym.impl_name or bsym.symbol.name
-    executor = (
-        "program" if bsym.symbol.has_tag(PROGRAM) else bsym.executor
-    )  # a block's: its own ranges inside
-    return f"thunder_core/{trace.function_name}/{name} [{executor}]"
+    first = next(iter(bsym.flat_outputs()), None)
+    output = f" {first.name}" if first is not None else ""
+    return f"thunder_core/{trace.function_name}/{name}{output} [{_running_executor(bsym, PROGRAM)}]"
+
+
+def _running_executor(bsym: BoundSymbol, program_tag: str) -> str | None:
+    if bsym.symbol.has_tag(program_tag):
+        return "program"
+    selection = getattr(bsym.impl, "selection", None)  # a measured claim, once measured
+    chosen = getattr(selection, "chosen", None)
+    if isinstance(chosen, str):
+        return chosen
+    if getattr(bsym.impl, "failure", None):  # its executor failed: torch runs it
+        return "torch"
+    return bsym.executor
 
 
 def _profiled_calls(trace) -> bool:
