@@ -13,8 +13,6 @@ shown once with their number of calls. The page needs no network and no server.
 
 from __future__ import annotations
 
-import html
-import json
 import math
 import os
 import platform
@@ -460,12 +458,3 @@ def _dynamo(report) -> dict:
             for (reason, location), n in breaks.most_common()
         ],
     }
-
-
-def embed_json(data) -> str:
-    """``data`` as JSON that is safe inside a ``<script>`` element."""
-    return json.dumps(data, default=str).replace("</", "<\\/")
-
-
-def escape(text) -> str:
-    return html.escape(str(text), quote=True)

@@ -6,11 +6,15 @@ colours from is embedded as JSON, and nothing is loaded from the network.
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 import jinja2
 
-from thunder_core.report import embed_json
+
+def embed_json(data) -> str:
+    """``data`` as JSON that is safe inside a ``<script>`` element."""
+    return json.dumps(data, default=str).replace("</", "<\\/")
 
 
 def _bytes(n) -> str:
