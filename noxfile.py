@@ -6,6 +6,7 @@ Every install goes through constraints.txt so that no session pulls the CUDA bui
     nox -s lint         # ruff
     nox -s docs         # the docs site, warnings as errors
     nox -s demo         # examples/demo.py
+    nox -s report       # the HTML report rendered in headless Chromium (from the system's packages)
     nox -s bench        # benchmarks/
     nox -s gpu-host-checks        # GPU code checked without a GPU (CUDA sources compiled with nvcc)
     nox -s gpu-host-checks-cuda   # with a CUDA build of torch, no GPU: cuDNN graphs validated
@@ -63,6 +64,19 @@ def bench(session: nox.Session) -> None:
     _install_core(session)
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         session.run("python", str(script))
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """The HTML report checked in a real headless browser: Chromium from the system's packages
+    (``apt-get install chromium``; ``THUNDER_CORE_TEST_BROWSER`` names another), which the tests
+    load the report in and assert on what it renders."""
+    browser = session.run("sh", "-c", "command -v chromium || command -v chromium-browser || true",
+                          external=True, silent=True)  # fmt: skip
+    if not (browser or "").strip():
+        session.error("no Chromium: install it from the system's packages (apt-get install chromium)")
+    _install_core(session)
+    session.run("pytest", "-q", "-rs", "tests/test_report.py", *session.posargs)
 
 
 @nox.session(name="gpu-host-checks")

@@ -61,6 +61,8 @@ class Examination:
             lines.append("operations an installed executor could claim but does not:")
             for (operation, executor), (reason, n) in sorted(self.declined.items()):
                 lines.append(f"  {operation}  x{n}  {executor}: {reason}")
+        if self.explanation is not None:
+            lines += [f"note: {note}" for note in self.explanation.notes]
         if self.matches_eager is not None:
             verdict = "matches eager" if self.matches_eager else f"DIFFERS from eager: {self.mismatch}"
             grads = f", {self.gradients_compared} gradients" if self.gradients_compared else ""
