@@ -127,6 +127,7 @@ def test_the_report_renders_in_a_browser_with_regions_colours_and_times(tmp_path
     if "inductor" in data["sections"][0]["executors"]:
         assert any(r["data-executor"] == "inductor" for r in rows)
         assert dom.with_class("region")  # fused regions, folded with their operations
+        assert dom.with_class("generated")  # and with the code Inductor generated for them
     for element in [*rows, *dom.with_class("executor-time")]:  # coloured by executor, as the legend says
         assert f"--ex-color: {data['colors'][element['data-executor']]}" in element["style"]
     times = [t for t in dom.texts["time"] if t]

@@ -369,13 +369,14 @@ def _sub_text(printer: Printer, bsym) -> str:
 
 
 def _generated_code(impl) -> str:
-    """The executor's own code for a region, where its compiled object says (``source``)."""
+    """The executor's own code for a region, where its compiled object gives it."""
     for _ in range(4):  # FirstCall / Measured wrappers around the executor's callable
         attributes = getattr(impl, "__dict__", None)
         if attributes is None:
             return ""
-        if isinstance(attributes.get("source"), str):
-            return attributes["source"]
+        for name in ("source", "source_code"):  # Numba's kernels say ``source``, Inductor's ``source_code``
+            if isinstance(attributes.get(name), str):
+                return attributes[name]
         impl = attributes.get("fn")
     return ""
 
