@@ -134,3 +134,27 @@ def test_examine_reports_what_it_cannot_compile_instead_of_raising():
     found = thunder_core.examine(branches_on_data, torch.ones(3))
     assert "DataDependentError" in found.error and found.matches_eager is None
     assert "could not compile or run" in str(found)
+
+
+class _Normed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.norm = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.norm(self.linear(x)).tanh()
+
+
+def test_examine_of_a_jitted_method_leaves_the_module_alone_and_keeps_its_options():
+    torch.manual_seed(0)
+    model = _Normed()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    jitted = thunder_core.jit(model.forward, executors=["torch"])
+    found = thunder_core.examine(jitted, torch.randn(6, 4))
+    assert found.matches_eager, found.mismatch
+    assert found.gradients_compared >= 4  # the linear's and the norm's parameters
+    assert set(found.executors) <= {"torch", "(decomposed)"}  # the options it was jitted with
+    assert all(p.grad is None for p in model.parameters())
+    for k, v in model.state_dict().items():  # BatchNorm's running statistics included
+        torch.testing.assert_close(v, before[k])

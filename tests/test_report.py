@@ -144,6 +144,19 @@ def test_the_report_of_a_24_layer_model_stays_usable(tmp_path):
     assert dom.with_class("region-time") and [t for t in dom.texts["time"] if t]
 
 
+def test_the_report_of_a_jitted_method_leaves_no_gradients_behind(tmp_path):
+    torch.manual_seed(0)
+    model = litgpt_gpt(n_layer=2, n_embd=64)
+    jitted = thunder_core.jit(model.forward)
+    x = torch.randn(3, requires_grad=True)
+    path = thunder_core.report(jitted, token_batch(2, 16), path=tmp_path / "method.html", rounds=1)
+    assert _embedded(path.read_text())["sections"][0]["measured"]["trains"]
+    assert all(p.grad is None for p in model.parameters())
+    double = thunder_core.jit(lambda t: (t * 2).sin())
+    thunder_core.report(double, x, path=tmp_path / "fn.html", rounds=1)
+    assert x.grad is None
+
+
 def _with_break(x, w):
     y = torch.tanh(x @ w)
     print("between graphs")

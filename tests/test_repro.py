@@ -32,6 +32,8 @@ def thunder_core_register_executor(register):
 PACKAGES = [
     ("tc-repro-failcompile", "executors", "reprofailcompile", "tc_repro_failcompile",
      {"tc_repro_failcompile/__init__.py": _failing_fusion("reprofailcompile", "compile")}, []),
+    ("tc-repro-failrun", "executors", "reprofailrun", "tc_repro_failrun",
+     {"tc_repro_failrun/__init__.py": _failing_fusion("reprofailrun", "run")}, []),
     ("tc-repro-failop", "executors", "failop", "tc_repro_failop",
      {"tc_repro_failop/__init__.py": FAILING_OPERATOR}, []),
     ("tc-repro-wrongmul", "executors", "wrongmul", "tc_repro_wrongmul",
@@ -118,7 +120,9 @@ def test_save_repro_of_a_working_program_runs_and_matches_eager(tmp_path):
 def test_save_repro_names_the_regions_it_knows():
     jitted = thunder_core.jit(program, executors=["torch"])
     jitted(torch.randn(2), torch.randn(2))
-    with pytest.raises(thunder_core.ReproError, match="no region or operation named 'nope'.*tanh"):
+    with pytest.raises(
+        thunder_core.ReproError, match="no region, operation or trace named 'nope'.*computation.*tanh"
+    ):
         thunder_core.save_repro(jitted, "unused.py", region="nope")
 
 
@@ -146,3 +150,33 @@ def test_examine_shows_an_executor_whose_result_differs_from_eager():
     assert 1e-3 <= found.max_difference <= 3.1e-3  # 2 * tanh(a * b + 1e-3 + a) + 1e-3
     assert "DIFFERS from eager" in str(found)
     assert thunder_core.examine(program, torch.randn(4, 3), torch.randn(4, 3)).matches_eager
+
+
+def test_profiler_ranges_name_torch_once_a_region_fell_back_to_it():
+    from torch.profiler import profile
+
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    jitted = thunder_core.jit(program, executors=["reprofailrun"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile() as first:  # the program with ranges is built before the region's first run
+            torch.testing.assert_close(jitted(a, b), program(a, b))
+        with profile() as second:
+            torch.testing.assert_close(jitted(a, b), program(a, b))
+    assert any(e.name.endswith("[reprofailrun]") for e in first.events())
+    names = {e.name for e in second.events() if e.name.startswith("thunder_core/computation/")}
+    assert names and not any(n.endswith("[reprofailrun]") for n in names)
+    assert any("fusion" in n and n.endswith("[torch]") for n in names)
+
+
+def test_save_repro_of_a_model_with_repeated_blocks_names_its_traces(tmp_path):
+    from models import litgpt_gpt, token_batch
+
+    jitted = thunder_core.jit(litgpt_gpt(n_layer=2), executors=["torch"])
+    jitted(token_batch(2, 8)).mean().backward()
+    with pytest.raises(thunder_core.ReproError, match="programs of repeated blocks.*block_1_forward"):
+        thunder_core.save_repro(jitted, tmp_path / "whole.py")
+    path = thunder_core.save_repro(jitted, tmp_path / "block.py", region="block_1_backward")
+    done = _run(path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the result matches eager PyTorch" in done.stdout

@@ -73,8 +73,9 @@ class Examination:
 
 
 def examine(fn, *args, jit_options: Mapping[str, Any] | None = None, seed: int = 0, **kwargs) -> Examination:
-    """Compile ``fn`` (a function or ``nn.Module``, or what ``thunder_core.jit`` returned) on
-    copies of itself and of ``args``/``kwargs`` with ``thunder_core.jit(..., **jit_options)``,
+    """Compile ``fn`` (a function or ``nn.Module``, or what ``thunder_core.jit`` returned: then
+    with the options it was jitted with) on copies of itself and of ``args``/``kwargs`` with
+    ``thunder_core.jit(..., **jit_options)``,
     run it and eager PyTorch with the same random seed, and say what runs where.
 
     When the result holds tensors that require grad, the sum of the outputs' means is differentiated
@@ -82,12 +83,13 @@ def examine(fn, *args, jit_options: Mapping[str, Any] | None = None, seed: int =
     caller's (the module's state, the arguments) is changed. An error while compiling or running
     is reported in ``Examination.error``, not raised.
     """
-    original = _unjitted(fn)
+    original, options = _unjitted(fn)
+    options.update(jit_options or {})
     found = Examination()
     reference, ref_inputs = _copies(original, args, kwargs)
     candidate, cand_inputs = _copies(original, args, kwargs)
     expected = _run(reference, ref_inputs, seed)
-    jitted = _jit(candidate, jit_options)
+    jitted = _jit(candidate, options)
     try:
         result = _run(jitted, cand_inputs, seed)
     except Exception as error:  # noqa: BLE001 - reported, the point of examining
@@ -99,17 +101,24 @@ def examine(fn, *args, jit_options: Mapping[str, Any] | None = None, seed: int =
     return found
 
 
-def _unjitted(fn):
-    if isinstance(fn, ThunderModule):
-        return fn._model
-    if isinstance(fn, ThunderFunction):
-        return fn._fn
-    return fn
+def _unjitted(fn) -> tuple[Any, dict]:
+    """The eager function or module, and the options it was jitted with (none for eager ones)."""
+    if isinstance(fn, (ThunderModule, ThunderFunction)):
+        options = {k: v for k, v in (fn._arguments or {}).items() if v is not None}
+        return (fn._model if isinstance(fn, ThunderModule) else fn._fn), options
+    return fn, {}
 
 
 def _copies(fn, args, kwargs):
-    """A copy of the module (functions are shared) and of the arguments, so both runs start alike."""
-    module = copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn
+    """A copy of the module (or of the module a bound method belongs to) and of the arguments,
+    so both runs start alike and neither touches the caller's. A plain function is shared: what
+    it closes over is the caller's."""
+    if isinstance(fn, nn.Module):
+        module = copy.deepcopy(fn)
+    elif isinstance(getattr(fn, "__self__", None), nn.Module):  # jit(model.forward)
+        module = getattr(copy.deepcopy(fn.__self__), fn.__name__)
+    else:
+        module = fn
     try:
         inputs = copy.deepcopy((args, kwargs))
     except Exception:  # noqa: BLE001 - a non-leaf tensor or an object that cannot be copied
@@ -141,7 +150,7 @@ def _add_operations(found: Examination, jitted) -> None:
         compiled = _last(jitted)
     except RuntimeError:  # nothing compiled: capture failed
         return
-    _count(found, compiled.traces[0], 1, {b.name: b for b in compiled.blocks})
+    _count(found, compiled.traces[0], 1)
     found.explanation = explain(jitted)
     for report in found.explanation.operations:
         found.executors[report.executor] += 1
@@ -153,19 +162,13 @@ def _add_operations(found: Examination, jitted) -> None:
             found.declined[(operation, executor)] = (reason, (previous[1] if previous else 0) + 1)
 
 
-def _count(found: Examination, trace, times: int, blocks: dict) -> None:
+def _count(found: Examination, trace, times: int) -> None:
     for bsym in trace.bound_symbols:
         name = bsym.symbol.printed_name
         if bsym.symbol.name == "del":
             continue
         if bsym.symbol.has_tag(BLOCK):
-            # A repeated block: its operations once per call, from the block's own captured trace
-            # when it was compiled once, else from the call's recorded operations.
-            block = blocks.get(name.removeprefix("block_of_"))
-            if block is not None and block.traces:
-                _count(found, block.traces[0], times, {})
-                continue
-            _count_subsymbols(found, bsym.subsymbols, times)
+            _count_subsymbols(found, bsym.subsymbols, times)  # a repeated block's call: its operations
             continue
         if bsym.symbol.has_tag(OPAQUE):
             found.opaque[name] += times
@@ -220,8 +223,9 @@ def _compare(found: Examination, expected, result, reference, candidate) -> None
 
 def _gradient_pairs(reference, candidate) -> list:
     (ref_module, (ref_args, ref_kwargs)), (cand_module, (cand_args, cand_kwargs)) = reference, candidate
+    ref_module, cand_module = (getattr(m, "__self__", m) for m in (ref_module, cand_module))  # bound methods
     pairs = []
-    if isinstance(ref_module, nn.Module):
+    if isinstance(ref_module, nn.Module) and isinstance(cand_module, nn.Module):
         for (name, p), q in zip(ref_module.named_parameters(), cand_module.parameters()):
             if p.grad is not None or q.grad is not None:
                 pairs.append((f"gradient of {name}", _grad(p), _grad(q)))

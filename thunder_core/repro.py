@@ -28,6 +28,7 @@ from thunder_core.executors import failures
 from thunder_core.inspection import _last_of_each
 from thunder_core.ir.codegen import _NAMED_MODULES, trace_to_python
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
+from thunder_core.ir.symbols import PROGRAM
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 
@@ -51,8 +52,10 @@ def save_repro(compiled, path: str | os.PathLike, *, region: str | None = None) 
     """Write a reproducer script for ``compiled`` (what ``thunder_core.jit`` returned, after a call).
 
     ``region`` names a region or operation of the executed traces as ``explain`` and the traces
-    print it (``"inductor_fusion_1"``); without it, the region whose executor failed, else the
-    whole most recent trace (its operations run by every executor of the job). Returns the path.
+    print it (``"inductor_fusion_1"``), or a whole executed trace (``"forward"``,
+    ``"block_1_backward"``: its operations run by every executor of the job); without it, the
+    region whose executor failed, else the whole first trace (unless it calls repeated blocks'
+    programs: then name one). Returns the path.
     """
     entries = _last_of_each(compiled)
     job = None
@@ -103,16 +106,32 @@ def _choose(entries, wanted: str | None) -> _Region:
                     _Region(f"{name} of {trace.function_name}", bsym.executor, [bsym], bsym.output, failure),
                 )
             )
+    whole = {t.function_name: t for t in reversed(traces)}  # the first trace of each name
     if wanted is not None:
+        if wanted in whole:
+            return _whole(whole[wanted])
         found = [r for name, r in regions if name == wanted or r.name == wanted]
         if not found:
             names = sorted({name for name, _ in regions})
-            raise ReproError(f"no region or operation named {wanted!r}; the executed traces have: {names}")
+            raise ReproError(
+                f"no region, operation or trace named {wanted!r}; the executed traces are {sorted(whole)} "
+                f"and have: {names}"
+            )
         return found[0]
     failed = [r for _, r in regions if r.failure]
     if failed:
         return failed[0]
     trace = traces[0]
+    calls = sorted({b.symbol.name for b in trace.bound_symbols if b.symbol.has_tag(PROGRAM)})
+    if calls:
+        raise ReproError(
+            f"the {trace.function_name} trace calls the programs of repeated blocks ({', '.join(calls)}), "
+            f"which cannot run standalone: name one trace (region= one of {sorted(whole)}) or a region"
+        )
+    return _whole(trace)
+
+
+def _whole(trace) -> _Region:
     return _Region(f"the {trace.function_name} trace", "", list(trace.bound_symbols), trace.output)
 
 

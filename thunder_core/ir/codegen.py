@@ -197,16 +197,18 @@ def region_name(trace, bsym: BoundSymbol) -> str:
     is the one that runs the line now: a measured claim's winner, torch after a failed first
     run, ``program`` for a call of a repeated block's program (whose lines have ranges of their own).
     """
-    from thunder_core.ir.symbols import PROGRAM
-
     name = bsym.impl_name or bsym.symbol.name
     first = next(iter(bsym.flat_outputs()), None)
     output = f" {first.name}" if first is not None else ""
-    return f"thunder_core/{trace.function_name}/{name}{output} [{_running_executor(bsym, PROGRAM)}]"
+    return f"thunder_core/{trace.function_name}/{name}{output} [{running_executor(bsym)}]"
 
 
-def _running_executor(bsym: BoundSymbol, program_tag: str) -> str | None:
-    if bsym.symbol.has_tag(program_tag):
+def running_executor(bsym: BoundSymbol) -> str | None:
+    """Who runs a line of an executed trace now: a measured claim's winner, ``torch`` after its
+    executor failed, ``program`` for a call of a repeated block's program, else its claimer."""
+    from thunder_core.ir.symbols import PROGRAM
+
+    if bsym.symbol.has_tag(PROGRAM):
         return "program"
     selection = getattr(bsym.impl, "selection", None)  # a measured claim, once measured
     chosen = getattr(selection, "chosen", None)
@@ -222,15 +224,20 @@ def _profiled_calls(trace) -> bool:
 
 
 class _ProfiledVersion:
-    """The trace compiled with a profiler range around every executor call, built on first use."""
+    """The trace compiled with a profiler range around every executor call, built on first use
+    and again when a line's executor changed since (a measured claim decided, a region that fell
+    back to torch), so that the ranges name who runs each line now."""
 
     def __init__(self, trace):
         self.trace = trace
         self.run = None
+        self._executors: list | None = None
 
     def __call__(self, *args):
-        if self.run is None:
+        executors = [running_executor(b) for b in self.trace.bound_symbols]
+        if self.run is None or executors != self._executors:
             self.run = trace_to_python(self.trace, subsymbol_depth=0, profiled=True).callable()
+            self._executors = executors
         return self.run(*args)
 
 

@@ -27,9 +27,8 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from thunder_core.inspection import _function, compile_report
-from thunder_core.ir.codegen import Printer, region_name
+from thunder_core.ir.codegen import Printer, region_name, running_executor
 from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.symbols import PROGRAM
 from thunder_core.ir.tree import leaves
 from thunder_core.jit.module import ThunderModule
 
@@ -44,7 +43,8 @@ def report(compiled, *args, path: str | os.PathLike = "report.html", rounds: int
     With arguments, the program is first called on them (so it is compiled), then timed against
     eager PyTorch over ``rounds`` interleaved rounds, and profiled once for the time of each
     region; when its result requires grad, the backward of the sum of the outputs' means is part
-    of every call (the gradients it leaves on a module's parameters are restored afterwards).
+    of every call (the gradients it leaves on a module's parameters and the arguments are
+    restored afterwards).
     Without arguments, the report shows the most recent call's traces and the cache only.
     """
     return report_many([(compiled, args, kwargs)], path=path, rounds=rounds)
@@ -151,11 +151,18 @@ def _step(fn, args, kwargs):
     return bool(differentiable)
 
 
-def _parameters(compiled) -> list[torch.Tensor]:
-    module = getattr(compiled, "_torchdynamo_orig_callable", None) or compiled
-    if isinstance(module, ThunderModule):
-        module = module._model
-    return list(module.parameters()) if isinstance(module, torch.nn.Module) else []
+def _leaves_with_grad(compiled, args, kwargs) -> list[torch.Tensor]:
+    """The tensors whose ``.grad`` a measured call may change: the module's parameters (of a
+    jitted module, of the module a jitted method belongs to) and the arguments that are leaves."""
+    target = getattr(compiled, "_torchdynamo_orig_callable", None) or compiled
+    if isinstance(target, ThunderModule):
+        target = target._model
+    elif hasattr(target, "_fn"):  # a jitted function or method
+        target = target._fn
+    target = getattr(target, "__self__", target)  # jit(model.forward)
+    found = list(target.parameters()) if isinstance(target, torch.nn.Module) else []
+    flat, _ = tree_flatten((args, kwargs))
+    return found + [x for x in flat if isinstance(x, torch.Tensor) and x.is_leaf and x.requires_grad]
 
 
 def _sync():
@@ -173,7 +180,7 @@ def _timed(fn, args, kwargs) -> float:
 
 def _measure(compiled, args, kwargs, rounds: int) -> dict:
     eager = _eager_callable(compiled)
-    parameters = _parameters(compiled)
+    parameters = _leaves_with_grad(compiled, args, kwargs)
     saved_grads = [p.grad for p in parameters]
     try:
         trains = _step(compiled, args, kwargs)  # compiles
@@ -334,7 +341,7 @@ def _lines(trace, measured) -> list[dict]:
     for bsym in trace.bound_symbols:
         if bsym.symbol.name == "del":
             continue
-        executor = "program" if bsym.symbol.has_tag(PROGRAM) else bsym.executor or "torch"
+        executor = running_executor(bsym) or "torch"
         call = printer.call(bsym.replace(impl=None))
         outputs = printer.target(bsym.output)
         text = f"{outputs} = {call}" if outputs else call
