@@ -34,8 +34,8 @@ PACKAGES = [
      {"tc_repro_failcompile/__init__.py": _failing_fusion("reprofailcompile", "compile")}, []),
     ("tc-repro-failrun", "executors", "reprofailrun", "tc_repro_failrun",
      {"tc_repro_failrun/__init__.py": _failing_fusion("reprofailrun", "run")}, []),
-    ("tc-repro-failop", "executors", "failop", "tc_repro_failop",
-     {"tc_repro_failop/__init__.py": FAILING_OPERATOR}, []),
+    ("tc-repro-failop", "executors", "reprofailop", "tc_repro_failop",
+     {"tc_repro_failop/__init__.py": FAILING_OPERATOR.replace('"failop"', '"reprofailop"')}, []),
     ("tc-repro-wrongmul", "executors", "wrongmul", "tc_repro_wrongmul",
      {"tc_repro_wrongmul/__init__.py": WRONG_OPERATOR}, []),
 ]  # fmt: skip
@@ -66,6 +66,9 @@ def installed(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def repro_dir(tmp_path, monkeypatch, installed):
+    from thunder_core.executors import failures
+
+    monkeypatch.setattr(failures, "_warned", set())  # each failure warns once per process
     monkeypatch.setenv("THUNDER_CORE_REPRO_DIR", str(tmp_path / "repros"))
     monkeypatch.delenv("THUNDER_CORE_STRICT", raising=False)
     return tmp_path / "repros"
@@ -88,7 +91,7 @@ def _run(path) -> subprocess.CompletedProcess:
     ("executor", "failure"),
     [
         ("reprofailcompile", "RuntimeError: nvrtc: out of registers"),
-        ("failop", "RuntimeError: illegal memory access"),
+        ("reprofailop", "RuntimeError: illegal memory access"),
     ],
 )
 def test_an_executor_failure_writes_a_reproducer_that_fails_the_same_way_in_a_fresh_process(
@@ -127,16 +130,13 @@ def test_save_repro_names_the_regions_it_knows():
 
 
 def test_reproducers_can_be_turned_off(monkeypatch, repro_dir):
-    from thunder_core.executors import failures
-
-    monkeypatch.setattr(failures, "_warned", set())  # each failure warns once per process
     monkeypatch.setenv("THUNDER_CORE_REPRO_DIR", "off")
     a, b = torch.randn(5), torch.randn(5)
-    jitted = thunder_core.jit(lambda a, b: a * b + 1, executors=["failop"])
+    jitted = thunder_core.jit(lambda a, b: a * b + 1, executors=["reprofailop"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.testing.assert_close(jitted(a, b), a * b + 1)
-    assert any("failop" in str(w.message) for w in caught)
+    assert any("reprofailop" in str(w.message) for w in caught)
     assert not any("A reproducer" in str(w.message) for w in caught)
     assert not repro_dir.exists()
 
