@@ -1,0 +1,128 @@
+"""Tensor-parallel training scenarios run by each rank under torchrun (started by
+test_tensor_parallel.py).
+
+    python -m torch.distributed.run --nproc-per-node N tp_worker.py OUT_DIR SCENARIO [SCENARIO ...]
+
+Every rank trains on the whole global batch (tensor parallelism splits the layers, not the data)
+for ``STEPS`` AdamW steps and writes ``OUT_DIR/SCENARIO-<world size>.pt`` from rank 0: the losses,
+the full final parameters (gathered by the plugin's ``state_dict``), and each rank's shapes and
+number of parameter elements.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import thunder_core
+from thunder_core.testing.models import small_litgpt
+
+STEPS = 5
+BATCH, LENGTH, VOCAB = 2, 16, 96
+LR = 1e-3
+
+
+def build_litgpt():
+    torch.manual_seed(0)
+    return small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=4)
+
+
+def build_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=64, use_cache=False,
+    )  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+def batches():
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randint(0, VOCAB, (BATCH, LENGTH + 1), generator=generator) for _ in range(STEPS)]
+
+
+def loss_of(model, tokens):
+    out = model(tokens[:, :-1])
+    logits = out if isinstance(out, torch.Tensor) else out.logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def train(model, steps: int = STEPS) -> list[float]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    losses = []
+    for tokens in batches()[:steps]:
+        loss = loss_of(model, tokens)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def reference(build) -> dict:
+    """One eager process over the same batches."""
+    model = build()
+    losses = train(model)
+    return {"losses": losses, "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def _scenario(build) -> dict:
+    model = build()
+    full = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    elements = sum(p.numel() for p in model.parameters())
+    jitted = thunder_core.jit(model, plugins=["tensor-parallel"])
+    local = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    losses = train(jitted)
+    forward = [t for t in thunder_core.last_traces(jitted) if t.decisions][0]
+    backward = [t for t in thunder_core.last_backward_traces(jitted) if t.decisions][-1]
+    names = [b.symbol.name for t in (forward, backward) for b in t.bound_symbols]
+    names += [
+        b.symbol.name for block in thunder_core.last_blocks(jitted) for t in (*block.traces, *block.backward_traces)
+        for b in t.bound_symbols
+    ]  # fmt: skip
+    return {
+        "losses": losses,
+        "params": jitted.state_dict(),
+        "full_shapes": full,
+        "local_shapes": local,
+        "elements": (elements, sum(p.numel() for p in model.parameters())),
+        "collectives": {name: names.count(name) for name in ("tp_copy", "tp_all_reduce")},
+    }
+
+
+def scenario_litgpt() -> dict:
+    return _scenario(build_litgpt)
+
+
+def scenario_llama() -> dict:
+    return _scenario(build_llama)
+
+
+def main() -> None:
+    out, names = sys.argv[1], sys.argv[2:]
+    dist.init_process_group("gloo")
+    try:
+        for name in names:
+            result = globals()[f"scenario_{name}"]()
+            if dist.get_rank() == 0:
+                torch.save(result, os.path.join(out, f"{name}-{dist.get_world_size()}.pt"))
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    faulthandler.enable(all_threads=True)
+    tempfile.tempdir = None
+    main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,279 @@
+"""``tensor-parallel``: linear layers split across the ranks of a group, as in Megatron-LM.
+
+At wrap time each chosen ``nn.Linear`` keeps only this rank's part of its weight (the same
+Parameter object, now holding the part) and becomes a
+
+- ``ColumnParallelLinear``: output features split (weight and bias rows ``r*o/W .. (r+1)*o/W``);
+  its input enters through ``tp_copy`` (whose gradient is summed over the group) and its output
+  stays split, so what follows (an activation, the split into heads) runs on this rank's part;
+- ``RowParallelLinear``: input features split (weight columns); it takes the split activation,
+  its partial results are summed by ``tp_all_reduce``, and the bias (whole on every rank) is
+  added after the sum.
+
+A column-parallel layer followed by a row-parallel one (attention's projections, an MLP) then
+needs one all-reduce in the forward and one in the backward. Every rank trains on the same batch
+and holds the same values of everything not split (embeddings, norms, the head), whose gradients
+are therefore the same on every rank.
+
+Which layers: the options ``column`` and ``row`` (comma-separated ``fnmatch`` patterns over module
+names); without them, the attention and MLP projections of litgpt's ``GPT`` and of Hugging Face
+Llama-style models (``q_proj``/``k_proj``/``v_proj``/``o_proj``, ``gate_proj``/``up_proj``/
+``down_proj``). litgpt's fused ``qkv`` is split by heads (each rank takes its query heads and its
+key/value groups), and its attention is given a config with this rank's head counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from thunder_core.extend import ConfigError, ModuleExtension
+from thunder_plugin_distributed.collectives import group_of, rank, register_group, world_size
+from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
+from thunder_plugin_distributed.teardown import release_at_exit
+from thunder_plugin_distributed.tp_collectives import tp_all_reduce, tp_copy
+
+LITGPT = {
+    "column": ["*.attn.qkv", "*.mlp.fc_1", "*.mlp.fc_2", "*.mlp.fc"],
+    "row": ["*.attn.proj", "*.mlp.proj"],
+}
+LLAMA = {
+    "column": [
+        "*.self_attn.q_proj",
+        "*.self_attn.k_proj",
+        "*.self_attn.v_proj",
+        "*.mlp.gate_proj",
+        "*.mlp.up_proj",
+    ],
+    "row": ["*.self_attn.o_proj", "*.mlp.down_proj"],
+}
+
+
+class ColumnParallelLinear(nn.Linear):
+    """An ``nn.Linear`` holding this rank's output features; its output stays split."""
+
+    tp_group: int
+    tp_full_shape: tuple[int, int]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(tp_copy(x, self.tp_group), self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Linear):
+    """An ``nn.Linear`` holding this rank's input features; its partial results are summed."""
+
+    tp_group: int
+    tp_full_shape: tuple[int, int]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = tp_all_reduce(F.linear(x, self.weight), self.tp_group)
+        return y if self.bias is None else y + self.bias
+
+
+def _patterns(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _default_plan(module: nn.Module) -> dict[str, list[str]]:
+    if type(module).__module__.startswith("litgpt."):
+        return LITGPT
+    names = {name.rsplit(".", 1)[-1] for name, _ in module.named_modules()}
+    if {"q_proj", "k_proj", "v_proj", "o_proj"} <= names:
+        return LLAMA
+    raise ConfigError(
+        f"tensor-parallel: no default plan for {type(module).__qualname__}; name the layers to split with "
+        "options column=... and row=... (comma-separated fnmatch patterns over module names, e.g. "
+        "column='*.mlp.up', row='*.mlp.down')"
+    )
+
+
+def _is_litgpt_qkv(parent: nn.Module, attr: str) -> bool:
+    return attr == "qkv" and type(parent).__module__.startswith("litgpt.") and hasattr(parent, "config")
+
+
+def _divisible(what: str, count: int, size: int) -> None:
+    if count % size:
+        raise ConfigError(
+            f"tensor-parallel: {what} ({count}) does not divide by the {size} ranks of the group"
+        )
+
+
+@torch.no_grad()
+def _take(param: nn.Parameter, part: torch.Tensor) -> None:
+    """The Parameter object keeps its identity (an optimizer made before still steps it)."""
+    param.data = part.contiguous().clone()
+
+
+class TensorParallelExtension(ModuleExtension):
+    """The ``tensor-parallel`` plugin's view of one jitted module: which layers are split."""
+
+    name = "tensor-parallel"
+
+    def __init__(self, module: nn.Module, group: int, layers: dict[str, nn.Linear], qkv: dict):
+        self.module = module
+        self.group = group
+        self.layers = layers  # module name -> ColumnParallelLinear | RowParallelLinear
+        self.qkv = qkv  # module name of a litgpt qkv -> (n_head, n_query_groups, head_size) in full
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "tensor-parallel": f"{len(self.layers)} linear layers split over {world_size(self.group)} ranks"
+        }
+
+    @torch.no_grad()
+    def _gather(self, name: str, layer: nn.Linear, attr: str) -> torch.Tensor:
+        local = getattr(layer, attr).detach().contiguous()
+        dim = 0 if isinstance(layer, ColumnParallelLinear) or attr == "bias" else 1
+        if isinstance(layer, RowParallelLinear) and attr == "bias":
+            return local.clone()  # whole on every rank
+        parts = [torch.empty_like(local) for _ in range(world_size(self.group))]
+        dist.all_gather(parts, local, group=group_of(self.group))
+        if name in self.qkv:  # each rank's q heads, then k groups, then v groups
+            n_head, groups, head_size = self.qkv[name]
+            size = world_size(self.group)
+            q_rows, kv_rows = n_head // size * head_size, groups // size * head_size
+            qs = [p[:q_rows] for p in parts]
+            ks = [p[q_rows : q_rows + kv_rows] for p in parts]
+            vs = [p[q_rows + kv_rows :] for p in parts]
+            return torch.cat([*qs, *ks, *vs], dim=0)
+        return torch.cat(parts, dim=dim)
+
+    def state_dict(self, module, *args, **kwargs) -> dict:
+        """Every split weight gathered to its full tensor (the same on every rank)."""
+        state = module.state_dict(*args, **kwargs)
+        prefix = kwargs.get("prefix", "")
+        for name, layer in self.layers.items():
+            for attr in ("weight", "bias"):
+                key = f"{prefix}{name}.{attr}"
+                if key in state and getattr(layer, attr) is not None:
+                    state[key] = self._gather(name, layer, attr)
+        return state
+
+    @torch.no_grad()
+    def load_state_dict(self, module, state_dict, strict: bool = True):
+        """Full tensors (as ``state_dict`` gives them): each rank takes its part."""
+        converted = dict(state_dict)
+        for name, layer in self.layers.items():
+            for attr in ("weight", "bias"):
+                key = f"{name}.{attr}"
+                if key in state_dict and getattr(layer, attr) is not None:
+                    converted[key] = _part_of(
+                        state_dict[key],
+                        type(layer),
+                        attr,
+                        self.qkv.get(name),
+                        world_size(self.group),
+                        rank(self.group),
+                    )
+        return module.load_state_dict(converted, strict=strict)
+
+
+def _part_of(full: torch.Tensor, kind: type, attr: str, qkv, size: int, me: int) -> torch.Tensor:
+    """This rank's part of a full weight or bias of a ``kind`` layer."""
+    if kind is RowParallelLinear:
+        if attr == "bias":
+            return full
+        return full.chunk(size, dim=1)[me]
+    if qkv is not None:
+        n_head, groups, head_size = qkv
+        q, kv = n_head * head_size, groups * head_size
+        parts = [full[:q], full[q : q + kv], full[q + kv :]]
+        return torch.cat([p.chunk(size, dim=0)[me] for p in parts], dim=0)
+    return full.chunk(size, dim=0)[me]
+
+
+def _split(layer: nn.Linear, kind: type, group: int, qkv, size: int, me: int) -> None:
+    full_shape = tuple(layer.weight.shape)
+    dim = 1 if kind is RowParallelLinear else 0
+    _divisible(
+        f"{'input' if dim else 'output'} features of a {full_shape} linear layer", full_shape[dim], size
+    )
+    for attr in ("weight", "bias"):
+        param = getattr(layer, attr)
+        if param is not None:
+            if param.grad is not None:
+                raise ConfigError("tensor-parallel: jit the model before the first backward")
+            _take(param, _part_of(param.detach(), kind, attr, qkv, size, me))
+    layer.__class__ = kind
+    layer.tp_group = group
+    layer.tp_full_shape = full_shape
+    layer.in_features, layer.out_features = layer.weight.shape[1], layer.weight.shape[0]
+
+
+def _local_litgpt_config(attention: nn.Module, size: int, configs: dict):
+    """litgpt attention reads its head counts from its config: one config with this rank's."""
+    config = attention.config
+    if getattr(config, "norm_qk", False) and getattr(config, "norm_qk_type", "") == "olmo2":
+        raise ConfigError(
+            "tensor-parallel: olmo2-style query/key norms span every head; they cannot be split"
+        )
+    _divisible("the number of attention heads", config.n_head, size)
+    _divisible("the number of query groups", config.n_query_groups, size)
+    if id(config) not in configs:
+        configs[id(config)] = dataclasses.replace(
+            config,
+            n_head=config.n_head // size,
+            n_query_groups=config.n_query_groups // size,
+            head_size=config.head_size,
+        )
+    attention.config = configs[id(config)]
+    return config.n_head, config.n_query_groups, config.head_size
+
+
+def _check_llama_heads(module: nn.Module, size: int) -> None:
+    config = getattr(module, "config", None)
+    for field in ("num_attention_heads", "num_key_value_heads"):
+        count = getattr(config, field, None)
+        if isinstance(count, int):
+            _divisible(f"config.{field}", count, size)
+
+
+def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParallelExtension:
+    """Split the chosen linear layers of ``module`` in place; see the module docstring."""
+    claim_module(module, "tensor-parallel")
+    group = register_group(None)
+    release_at_exit()
+    size, me = world_size(group), rank(group)
+    column, row = _patterns(options["column"]), _patterns(options["row"])
+    if not column and not row:
+        plan = _default_plan(module)
+        column, row = plan["column"], plan["row"]
+        if plan is LLAMA:
+            _check_llama_heads(module, size)
+    if options["broadcast"]:
+        broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
+    layers: dict[str, nn.Linear] = {}
+    qkv: dict[str, tuple] = {}
+    configs: dict[int, object] = {}
+    parents = dict(module.named_modules())
+    for name, child in list(module.named_modules()):
+        kind = (
+            ColumnParallelLinear
+            if any(fnmatch.fnmatchcase(name, p) for p in column)
+            else RowParallelLinear
+            if any(fnmatch.fnmatchcase(name, p) for p in row)
+            else None
+        )
+        if kind is None:
+            continue
+        if type(child) is not nn.Linear:
+            raise ConfigError(
+                f"tensor-parallel: {name} ({type(child).__qualname__}) matches a pattern but only nn.Linear "
+                "layers can be split"
+            )
+        parent_name, _, attr = name.rpartition(".")
+        parent = parents[parent_name]
+        heads = None
+        if kind is ColumnParallelLinear and _is_litgpt_qkv(parent, attr):
+            heads = _local_litgpt_config(parent, size, configs)
+            qkv[name] = heads
+        _split(child, kind, group, heads, size, me)
+        layers[name] = child
+    if not layers:
+        raise ConfigError(f"tensor-parallel: no nn.Linear matches column={column} or row={row}")
+    return TensorParallelExtension(module, group, layers, qkv)

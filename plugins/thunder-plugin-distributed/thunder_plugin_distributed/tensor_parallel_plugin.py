@@ -1,0 +1,35 @@
+"""The ``tensor-parallel`` entry point: hooks only (see ``thunder_plugin_distributed.tensor_parallel``)."""
+
+from __future__ import annotations
+
+from thunder_core.plugins import hookimpl
+from thunder_plugin_distributed.common import probe
+
+
+@hookimpl
+def thunder_core_probe():
+    return probe()
+
+
+@hookimpl
+def thunder_core_declare_options(declare) -> None:
+    declare(
+        "column",
+        str,
+        "",
+        "comma-separated fnmatch patterns of the nn.Linear layers to split by output features "
+        "(empty, with row empty too: litgpt's and Llama-style models' attention and MLP projections)",
+    )
+    declare(
+        "row", str, "", "comma-separated fnmatch patterns of the nn.Linear layers to split by input features"
+    )
+    declare(
+        "broadcast", bool, True, "split the first rank's parameters (every rank starts from the same model)"
+    )
+
+
+@hookimpl
+def thunder_core_register_module_transform(register) -> None:
+    from thunder_plugin_distributed.tensor_parallel import tensor_parallel_transform
+
+    register(tensor_parallel_transform, name="tensor-parallel")
