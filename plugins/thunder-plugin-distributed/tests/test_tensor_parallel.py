@@ -1,6 +1,7 @@
 """The tensor-parallel plugin on 2 and 4 processes (gloo, CPU): litgpt and Hugging Face Llama
-trained for 5 AdamW steps give the losses and parameters of one eager process over the same
-batches, with each rank holding its share of the split layers."""
+trained for 5 AdamW steps, with and without sequence parallelism, give the losses and parameters
+of one eager process over the same batches, with each rank holding its share of the split layers
+(and, with sequence parallelism, its part of the activations between the blocks)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 import torch
 
 HERE = Path(__file__).parent
-SCENARIOS = ["litgpt"] + (["llama"] if importlib.util.find_spec("transformers") is not None else [])
+MODELS = ["litgpt"] + (["llama"] if importlib.util.find_spec("transformers") is not None else [])
+SCENARIOS = [*MODELS, *(f"{m}_sequence" for m in MODELS)]
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
@@ -54,13 +56,13 @@ def runs(request, tmp_path_factory) -> tuple[int, dict]:
 def references() -> dict:
     worker = _worker()
     builds = {"litgpt": worker.build_litgpt, "llama": worker.build_llama}
-    return {name: worker.reference(builds[name]) for name in SCENARIOS}
+    return {name: worker.reference(builds[name]) for name in MODELS}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_tensor_parallel_training_equals_one_eager_process(runs, references, scenario):
     ranks, results = runs
-    result, reference = results[scenario], references[scenario]
+    result, reference = results[scenario], references[scenario.removesuffix("_sequence")]
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(reference["losses"]), **TOLERANCE)
     assert set(result["params"]) == set(reference["params"])
     for name, expected in reference["params"].items():
@@ -70,6 +72,19 @@ def test_tensor_parallel_training_equals_one_eager_process(runs, references, sce
     # One all-reduce after each row-parallel layer in the forward and one before each column-parallel
     # group in the backward: the collectives are in the traces.
     assert result["collectives"]["tp_copy"] > 0 and result["collectives"]["tp_all_reduce"] > 0
+    if scenario.endswith("_sequence"):
+        assert result["collectives"]["tp_all_gather_sequence"] > 0
+        assert result["collectives"]["tp_reduce_scatter_sequence"] > 0
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_sequence_parallel_blocks_hold_their_part_of_the_sequence(runs, model):
+    ranks, results = runs
+    whole, split = results[model], results[f"{model}_sequence"]
+    length = _worker().LENGTH
+    assert [shape[1] for shape in whole["block_inputs"]] == [length]
+    assert [shape[1] for shape in split["block_inputs"]] == [length // ranks]  # what the trace takes in
+    assert split["saved_by_blocks"] < whole["saved_by_blocks"]  # and what it keeps for the backward
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

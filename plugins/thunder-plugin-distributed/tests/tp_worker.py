@@ -74,11 +74,26 @@ def reference(build) -> dict:
     return {"losses": losses, "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}
 
 
-def _scenario(build) -> dict:
+def _saved_by_blocks(jitted) -> tuple[list, int]:
+    """The first input's shape of each block's forward, and the bytes its calls save for the backward."""
+    shapes, saved = [], 0
+    for block in thunder_core.last_blocks(jitted):
+        forward = [t for t in block.traces if t.decisions][-1]
+        shapes.append(tuple(forward.inputs[0].shape))
+        outputs = forward.output[1] if isinstance(forward.output, tuple) and len(forward.output) == 2 else ()
+        names = {p.name for p in forward.inputs}
+        for p in outputs:
+            if isinstance(p, torch.Tensor) and p.name not in names:
+                saved += block.calls * p.numel() * p.dtype.itemsize
+    return shapes, saved
+
+
+def _scenario(build, sequence_parallel: bool = False) -> dict:
     model = build()
     full = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     elements = sum(p.numel() for p in model.parameters())
-    jitted = thunder_core.jit(model, plugins=["tensor-parallel"])
+    options = {"tensor-parallel": {"sequence_parallel": sequence_parallel}}
+    jitted = thunder_core.jit(model, plugins=["tensor-parallel"], options=options)
     local = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     losses = train(jitted)
     forward = [t for t in thunder_core.last_traces(jitted) if t.decisions][0]
@@ -88,13 +103,26 @@ def _scenario(build) -> dict:
         b.symbol.name for block in thunder_core.last_blocks(jitted) for t in (*block.traces, *block.backward_traces)
         for b in t.bound_symbols
     ]  # fmt: skip
+    block_inputs, saved = _saved_by_blocks(jitted)
     return {
         "losses": losses,
+        "block_inputs": block_inputs,
+        "saved_by_blocks": saved,
         "params": jitted.state_dict(),
         "full_shapes": full,
         "local_shapes": local,
         "elements": (elements, sum(p.numel() for p in model.parameters())),
-        "collectives": {name: names.count(name) for name in ("tp_copy", "tp_all_reduce")},
+        "collectives": {
+            name: names.count(name)
+            for name in (
+                "tp_copy",
+                "tp_all_reduce",
+                "tp_all_gather_sequence",
+                "tp_reduce_scatter_sequence",
+                "tp_split_sequence",
+                "tp_gather_sequence",
+            )
+        },  # fmt: skip
     }
 
 
@@ -104,6 +132,14 @@ def scenario_litgpt() -> dict:
 
 def scenario_llama() -> dict:
     return _scenario(build_llama)
+
+
+def scenario_litgpt_sequence() -> dict:
+    return _scenario(build_litgpt, sequence_parallel=True)
+
+
+def scenario_llama_sequence() -> dict:
+    return _scenario(build_llama, sequence_parallel=True)
 
 
 def main() -> None:

@@ -36,7 +36,14 @@ from thunder_core.extend import ConfigError, ModuleExtension
 from thunder_plugin_distributed.collectives import group_of, rank, register_group, world_size
 from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
 from thunder_plugin_distributed.teardown import release_at_exit
-from thunder_plugin_distributed.tp_collectives import tp_all_reduce, tp_copy
+from thunder_plugin_distributed.tp_collectives import (
+    tp_all_gather_sequence,
+    tp_all_reduce,
+    tp_copy,
+    tp_gather_sequence,
+    tp_reduce_scatter_sequence,
+    tp_split_sequence,
+)
 
 LITGPT = {
     "column": ["*.attn.qkv", "*.mlp.fc_1", "*.mlp.fc_2", "*.mlp.fc"],
@@ -55,23 +62,31 @@ LLAMA = {
 
 
 class ColumnParallelLinear(nn.Linear):
-    """An ``nn.Linear`` holding this rank's output features; its output stays split."""
+    """An ``nn.Linear`` holding this rank's output features; its output stays split. With
+    sequence parallelism the module around it gathers its input along the sequence (whose
+    gradient is then summed and scattered back), so the layer itself does nothing more."""
 
     tp_group: int
     tp_full_shape: tuple[int, int]
+    tp_sequence: bool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(tp_copy(x, self.tp_group), self.weight, self.bias)
+        if not self.tp_sequence:
+            x = tp_copy(x, self.tp_group)
+        return F.linear(x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Linear):
-    """An ``nn.Linear`` holding this rank's input features; its partial results are summed."""
+    """An ``nn.Linear`` holding this rank's input features; its partial results are summed
+    (with sequence parallelism: summed and scattered along the sequence)."""
 
     tp_group: int
     tp_full_shape: tuple[int, int]
+    tp_sequence: bool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = tp_all_reduce(F.linear(x, self.weight), self.tp_group)
+        leave = tp_reduce_scatter_sequence if self.tp_sequence else tp_all_reduce
+        y = leave(F.linear(x, self.weight), self.tp_group)
         return y if self.bias is None else y + self.bias
 
 
@@ -114,16 +129,35 @@ class TensorParallelExtension(ModuleExtension):
 
     name = "tensor-parallel"
 
-    def __init__(self, module: nn.Module, group: int, layers: dict[str, nn.Linear], qkv: dict):
+    def __init__(
+        self,
+        module: nn.Module,
+        group: int,
+        layers: dict[str, nn.Linear],
+        qkv: dict,
+        summed: frozenset = frozenset(),
+    ):
         self.module = module
         self.group = group
         self.layers = layers  # module name -> ColumnParallelLinear | RowParallelLinear
         self.qkv = qkv  # module name of a litgpt qkv -> (n_head, n_query_groups, head_size) in full
+        self.summed = summed  # parameters used on sequence-split activations: gradients summed
+
+    def bind(self, names: list[str], proxies: list) -> list:
+        if not self.summed:
+            return proxies
+        done: dict[int, object] = {}
+        out = []
+        for name, proxy in zip(names, proxies):
+            if name in self.summed and getattr(proxy, "requires_grad", False):
+                proxy = done.setdefault(id(proxy), tp_copy(proxy, self.group))
+            out.append(proxy)
+        return out
 
     def describe(self) -> dict[str, str]:
-        return {
-            "tensor-parallel": f"{len(self.layers)} linear layers split over {world_size(self.group)} ranks"
-        }
+        sequence = ", sequence parallel" if self.summed else ""
+        size = world_size(self.group)
+        return {"tensor-parallel": f"{len(self.layers)} linear layers split over {size} ranks{sequence}"}
 
     @torch.no_grad()
     def _gather(self, name: str, layer: nn.Linear, attr: str) -> torch.Tensor:
@@ -187,7 +221,7 @@ def _part_of(full: torch.Tensor, kind: type, attr: str, qkv, size: int, me: int)
     return full.chunk(size, dim=0)[me]
 
 
-def _split(layer: nn.Linear, kind: type, group: int, qkv, size: int, me: int) -> None:
+def _split(layer: nn.Linear, kind: type, group: int, qkv, size: int, me: int, sequence: bool) -> None:
     full_shape = tuple(layer.weight.shape)
     dim = 1 if kind is RowParallelLinear else 0
     _divisible(
@@ -201,6 +235,7 @@ def _split(layer: nn.Linear, kind: type, group: int, qkv, size: int, me: int) ->
             _take(param, _part_of(param.detach(), kind, attr, qkv, size, me))
     layer.__class__ = kind
     layer.tp_group = group
+    layer.tp_sequence = sequence
     layer.tp_full_shape = full_shape
     layer.in_features, layer.out_features = layer.weight.shape[1], layer.weight.shape[0]
 
@@ -272,8 +307,92 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
         if kind is ColumnParallelLinear and _is_litgpt_qkv(parent, attr):
             heads = _local_litgpt_config(parent, size, configs)
             qkv[name] = heads
-        _split(child, kind, group, heads, size, me)
+        _split(child, kind, group, heads, size, me, options["sequence_parallel"])
         layers[name] = child
     if not layers:
         raise ConfigError(f"tensor-parallel: no nn.Linear matches column={column} or row={row}")
-    return TensorParallelExtension(module, group, layers, qkv)
+    summed = _sequence_parallel(module, layers, group) if options["sequence_parallel"] else frozenset()
+    return TensorParallelExtension(module, group, layers, qkv, summed)
+
+
+def _blocks(module: nn.Module, layers: dict[str, nn.Linear]) -> tuple[str, nn.ModuleList]:
+    """The list of repeated layers that holds the split projections."""
+    first = next(iter(layers))
+    lists = [
+        (name, child)
+        for name, child in module.named_modules()
+        if isinstance(child, nn.ModuleList) and len(child) and first.startswith(name + ".")
+    ]
+    if not lists:
+        raise ConfigError(
+            f"tensor-parallel: sequence_parallel needs the split layers inside an nn.ModuleList of blocks; "
+            f"{first} is not"
+        )
+    return max(lists, key=lambda item: len(item[0]))
+
+
+def _sequence_parallel(module: nn.Module, layers: dict[str, nn.Linear], group: int) -> frozenset:
+    """Split the activations between the blocks along the sequence: at the first block's input,
+    gathered again at the output head's (``lm_head``) and at the input of each module holding
+    column-parallel layers; row-parallel layers scatter their sums along it. Returns the parameters whose gradients are
+    then partial on each rank (norms, row-parallel biases: all but the split weights, the
+    embeddings and the head), to be summed over the group."""
+    name, blocks = _blocks(module, layers)
+    head = dict(module.named_modules()).get("lm_head")
+    if head is None:
+        raise ConfigError("tensor-parallel: sequence_parallel needs the model's output head, named lm_head")
+    size = world_size(group)
+
+    def split_input(block, args, kwargs):
+        if args:
+            return (tp_split_sequence(_dividing(args[0], size), group), *args[1:]), kwargs
+        key = next(iter(kwargs))
+        return args, {**kwargs, key: tp_split_sequence(_dividing(kwargs[key], size), group)}
+
+    def gather_input(head, args):
+        return (tp_gather_sequence(args[0], group), *args[1:])
+
+    def gather_whole_sequence(owner, args, kwargs):
+        # The module around column-parallel layers (attention, an MLP) reads the sequence length
+        # from its input: it gets the whole sequence.
+        if args and isinstance(args[0], torch.Tensor):
+            return (tp_all_gather_sequence(args[0], group), *args[1:]), kwargs
+        key = (
+            "hidden_states"
+            if "hidden_states" in kwargs
+            else next(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+        )
+        return args, {**kwargs, key: tp_all_gather_sequence(kwargs[key], group)}
+
+    blocks[0].register_forward_pre_hook(split_input, with_kwargs=True)
+    head.register_forward_pre_hook(gather_input)
+    modules = dict(module.named_modules())
+    owners = {
+        id(modules[n.rpartition(".")[0]]): modules[n.rpartition(".")[0]]
+        for n, layer in layers.items()
+        if isinstance(layer, ColumnParallelLinear)
+    }
+    for owner in owners.values():
+        owner.register_forward_pre_hook(gather_whole_sequence, with_kwargs=True)
+    outside = {id(p) for m in module.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    outside |= {id(p) for p in head.parameters()}
+    split = {id(layer.weight) for layer in layers.values()}
+    split |= {
+        id(layer.bias)
+        for layer in layers.values()
+        if isinstance(layer, ColumnParallelLinear) and layer.bias is not None
+    }
+    return frozenset(
+        n
+        for n, p in module.named_parameters(remove_duplicate=False)
+        if id(p) not in outside | split and p.requires_grad
+    )
+
+
+def _dividing(x: torch.Tensor, size: int) -> torch.Tensor:
+    if x.shape[1] % size:
+        raise ConfigError(
+            f"tensor-parallel: sequence_parallel splits the sequence ({x.shape[1]} tokens) over {size} ranks; "
+            "it must divide"
+        )
+    return x

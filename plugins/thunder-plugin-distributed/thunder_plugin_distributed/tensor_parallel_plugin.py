@@ -24,6 +24,12 @@ def thunder_core_declare_options(declare) -> None:
         "row", str, "", "comma-separated fnmatch patterns of the nn.Linear layers to split by input features"
     )
     declare(
+        "sequence_parallel",
+        bool,
+        False,
+        "keep the activations between the blocks split along the sequence (needs the model's head named lm_head)",
+    )
+    declare(
         "broadcast", bool, True, "split the first rank's parameters (every rank starts from the same model)"
     )
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from thunder_core.extend import Symbol, new_tensor_proxy
-from thunder_plugin_distributed.collectives import group_of
+from thunder_plugin_distributed.collectives import group_of, rank, world_size
 
 
 def _like(x):
@@ -84,3 +84,84 @@ tp_copy = Symbol("tp_copy", _copy_impl, "tp_copy", meta=lambda x, group: _like(x
 tp_all_reduce = Symbol(
     "tp_all_reduce", _all_reduce_impl, "tp_all_reduce", meta=lambda x, group: _like(x), vjp=_all_reduce_vjp
 )
+
+
+# --- Sequence parallelism: activations between the layers split along the sequence (dim 1) -----
+
+SEQUENCE_DIM = 1
+
+
+def _gathered(x: torch.Tensor, group: int) -> torch.Tensor:
+    """The group's parts of ``x`` concatenated along the sequence, in rank order."""
+    parts = [torch.empty_like(x, memory_format=torch.contiguous_format) for _ in range(world_size(group))]
+    dist.all_gather(parts, x.detach().contiguous(), group=group_of(group))
+    return torch.cat(parts, dim=SEQUENCE_DIM)
+
+
+def _scattered(x: torch.Tensor, group: int) -> torch.Tensor:
+    """This rank's part, along the sequence, of the sum of ``x`` over the group."""
+    size = world_size(group)
+    moved = x.detach().movedim(SEQUENCE_DIM, 0).contiguous()
+    out = torch.empty((moved.shape[0] // size, *moved.shape[1:]), dtype=x.dtype, device=x.device)
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    scatter(out, moved, op=dist.ReduceOp.SUM, group=group_of(group))
+    return out.movedim(0, SEQUENCE_DIM)
+
+
+def _part(x: torch.Tensor, group: int) -> torch.Tensor:
+    return x.detach().chunk(world_size(group), dim=SEQUENCE_DIM)[rank(group)].contiguous()
+
+
+def _resized(x, group: int, factor_up: bool):
+    shape = list(x.shape)
+    size = world_size(group)
+    shape[SEQUENCE_DIM] = shape[SEQUENCE_DIM] * size if factor_up else shape[SEQUENCE_DIM] // size
+    return new_tensor_proxy(tuple(shape), x.dtype, x.device, x.requires_grad)
+
+
+def _sequence_symbol(name: str, forward, grow: bool, backward_name: str):
+    """A symbol whose forward is ``forward`` and whose VJP applies the symbol ``backward_name``."""
+
+    class _Eager(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, group):
+            ctx.group = group
+            return forward(x, group)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return _SEQUENCE[backward_name].impl(grad, ctx.group), None
+
+    def impl(x, group: int):
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _Eager.apply(x, group)
+        return forward(x, group)
+
+    def vjp(x, group: int):
+        out = _SEQUENCE[name](x, group)
+
+        def backward(grad):
+            return [(x, _SEQUENCE[backward_name](grad, group))]
+
+        return out, backward
+
+    return Symbol(name, impl, name, meta=lambda x, group: _resized(x, group, grow), vjp=vjp)
+
+
+_SEQUENCE: dict[str, Symbol] = {}
+#: Into the sequence-parallel region: this rank's part of a replicated activation (gradient: gathered).
+_SEQUENCE["tp_split_sequence"] = _sequence_symbol("tp_split_sequence", _part, False, "tp_gather_sequence")
+#: Out of it (before the output head): the whole sequence (gradient: this rank's part).
+_SEQUENCE["tp_gather_sequence"] = _sequence_symbol("tp_gather_sequence", _gathered, True, "tp_split_sequence")
+#: Into a column-parallel layer: the whole sequence (gradient: summed and scattered back).
+_SEQUENCE["tp_all_gather_sequence"] = _sequence_symbol(
+    "tp_all_gather_sequence", _gathered, True, "tp_reduce_scatter_sequence"
+)
+#: Out of a row-parallel layer: the sum over the group, this rank's part of the sequence (gradient: gathered).
+_SEQUENCE["tp_reduce_scatter_sequence"] = _sequence_symbol(
+    "tp_reduce_scatter_sequence", _scattered, False, "tp_all_gather_sequence"
+)
+tp_split_sequence = _SEQUENCE["tp_split_sequence"]
+tp_gather_sequence = _SEQUENCE["tp_gather_sequence"]
+tp_all_gather_sequence = _SEQUENCE["tp_all_gather_sequence"]
+tp_reduce_scatter_sequence = _SEQUENCE["tp_reduce_scatter_sequence"]
