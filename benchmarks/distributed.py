@@ -1,4 +1,4 @@
-"""Data-parallel and sharded training on 2 processes: thunder_core's ddp / fsdp against PyTorch's.
+"""Data-parallel, sharded and tensor-parallel training on 2 processes: thunder_core against PyTorch.
 
     python benchmarks/distributed.py            # starts torchrun --nproc-per-node 2 per backend
 
@@ -9,6 +9,13 @@ gradients and optimizer state each rank holds between steps. Backends: PyTorch
 DistributedDataParallel and FSDP2 ``fully_shard`` (eager and under ``torch.compile``), and
 ``thunder_core.jit`` with the ``ddp`` and ``fsdp`` (ZeRO-3 and ZeRO-2) plugins and the default
 executors. Ratios are against PyTorch DDP eager measured in the same run.
+
+Tensor parallelism (both ranks on the same 2 x 256 tokens): PyTorch's ``parallelize_module``
+(``ColwiseParallel`` on the attention's fused qkv and the MLP's fc_1/fc_2, ``RowwiseParallel`` on
+the projections; the qkv rows ordered so that each rank's part holds its heads, and the attention
+given the per-rank head counts, as thunder_core's plugin does), eager and under
+``torch.compile``, against ``thunder_core.jit`` with the ``tensor-parallel`` plugin, without and
+with ``sequence_parallel``. Their ratios are against PyTorch TP eager.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ BACKENDS = [
     "thunder-ddp",
     "thunder-fsdp",
     "thunder-fsdp-zero2",
+    "torch-tp",
+    "torch-tp-compile",
+    "thunder-tp",
+    "thunder-tp-sequence",
 ]
 LENGTH, LOCAL_BATCH, VOCAB = 256, 2, 4096
 
@@ -62,12 +73,49 @@ def _build(backend: str):
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return (torch.compile(model) if backend.endswith("compile") else model), model.parameters()
+    if backend.startswith("torch-tp"):
+        _torch_tensor_parallel(model, dist.get_world_size())
+        return (torch.compile(model) if backend.endswith("compile") else model), model.parameters()
     import thunder_core
 
+    if backend.startswith("thunder-tp"):
+        options = {"tensor-parallel": {"sequence_parallel": backend.endswith("sequence")}}
+        jitted = thunder_core.jit(model, plugins=["tensor-parallel"], options=options)
+        return jitted, jitted.parameters()
     plugin, *zero = backend.removeprefix("thunder-").split("-")
     options = {"fsdp": {"zero": 2}} if zero else None
     jitted = thunder_core.jit(model, plugins=[plugin], options=options)
     return jitted, jitted.parameters()
+
+
+def _torch_tensor_parallel(model, size: int) -> None:
+    """PyTorch's tensor parallelism of a litgpt GPT: the same split as thunder_core's plugin."""
+    import dataclasses
+
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (size,))
+    config = model.config
+    local = dataclasses.replace(
+        config,
+        n_head=config.n_head // size,
+        n_query_groups=config.n_query_groups // size,
+        head_size=config.head_size,
+    )
+    q, kv = config.n_head * config.head_size, config.n_query_groups * config.head_size
+    plan = {}
+    for i, block in enumerate(model.transformer.h):
+        with torch.no_grad():  # rows ordered rank by rank (q, k, v heads of rank 0, then rank 1, ...)
+            weight = block.attn.qkv.weight
+            parts = [weight[:q].chunk(size), weight[q : q + kv].chunk(size), weight[q + kv :].chunk(size)]
+            weight.copy_(torch.cat([torch.cat([p[r] for p in parts]) for r in range(size)]))
+        block.attn.config = local
+        plan.update({f"transformer.h.{i}.attn.qkv": ColwiseParallel(), f"transformer.h.{i}.attn.proj": RowwiseParallel(),
+                     f"transformer.h.{i}.mlp.fc_1": ColwiseParallel(), f"transformer.h.{i}.mlp.fc_2": ColwiseParallel(),
+                     f"transformer.h.{i}.mlp.proj": RowwiseParallel()})  # fmt: skip
+    parallelize_module(model, mesh, plan)
 
 
 def _held_bytes(parameters, optimizer) -> int:
@@ -100,7 +148,7 @@ def worker(backend: str, steps: int) -> None:
     model, parameters = _build(backend)
     parameters = list(parameters)
     optimizer = torch.optim.AdamW(parameters, lr=1e-4)
-    generator = torch.Generator().manual_seed(rank)
+    generator = torch.Generator().manual_seed(0 if "tp" in backend else rank)  # tensor parallel: one batch
     tokens = torch.randint(0, VOCAB, (LOCAL_BATCH, LENGTH + 1), generator=generator)
 
     def step():
@@ -153,15 +201,20 @@ def main() -> None:
         return
     print(f"litgpt 4 layers, width 256, vocab {VOCAB}; 2 ranks x {LOCAL_BATCH}x{LENGTH} tokens; AdamW")
     print(f"{'backend':22s}{'step ms':>9s}{'vs DDP':>8s}{'peak MB/rank':>14s}{'held MB/rank':>14s}")
-    baseline = None
+    print("(tensor-parallel rows: both ranks on the same tokens, ratio against PyTorch TP)")
+    baseline = tp_baseline = None
     for backend in args.backends:
         result = launch(backend, args.steps)
         if "error" in result:
             print(f"{backend:22s}  failed: {result['error']}")
             continue
         ms = result["step_s"] * 1e3
-        baseline = baseline or (ms if backend == "torch-ddp" else None)
-        ratio = f"{baseline / ms:7.2f}x" if baseline else f"{'-':>8s}"
+        if backend == "torch-ddp":
+            baseline = ms
+        if backend == "torch-tp":
+            tp_baseline = ms
+        reference = tp_baseline if "-tp" in backend else baseline
+        ratio = f"{reference / ms:7.2f}x" if reference else f"{'-':>8s}"
         print(
             f"{backend:22s}{ms:9.1f}{ratio}{result['peak_bytes'] / 2**20:14.1f}{result['held_bytes'] / 2**20:14.1f}",
             flush=True,

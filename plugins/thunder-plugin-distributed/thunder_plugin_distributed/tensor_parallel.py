@@ -62,16 +62,19 @@ LLAMA = {
 
 
 class ColumnParallelLinear(nn.Linear):
-    """An ``nn.Linear`` holding this rank's output features; its output stays split. With
-    sequence parallelism the module around it gathers its input along the sequence (whose
-    gradient is then summed and scattered back), so the layer itself does nothing more."""
+    """An ``nn.Linear`` holding this rank's output features; its output stays split. Its input
+    enters through ``tp_copy``, applied by the layer, or once by the module around it for all of
+    its column-parallel layers (the default plans; with sequence parallelism always, as the
+    gather along the sequence)."""
 
     tp_group: int
     tp_full_shape: tuple[int, int]
     tp_sequence: bool
 
+    tp_entered_by_owner: bool = False  # the module around it applied tp_copy (or the gather) to its input
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.tp_sequence:
+        if not self.tp_entered_by_owner:
             x = tp_copy(x, self.tp_group)
         return F.linear(x, self.weight, self.bias)
 
@@ -275,7 +278,8 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
     release_at_exit()
     size, me = world_size(group), rank(group)
     column, row = _patterns(options["column"]), _patterns(options["row"])
-    if not column and not row:
+    default = not column and not row
+    if default:
         plan = _default_plan(module)
         column, row = plan["column"], plan["row"]
         if plan is LLAMA:
@@ -311,7 +315,12 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
         layers[name] = child
     if not layers:
         raise ConfigError(f"tensor-parallel: no nn.Linear matches column={column} or row={row}")
-    summed = _sequence_parallel(module, layers, group) if options["sequence_parallel"] else frozenset()
+    if options["sequence_parallel"]:
+        summed = _sequence_parallel(module, layers, group)
+    else:
+        summed = frozenset()
+        if default:  # attention and MLP modules read their input only through these layers
+            _enter_at_owners(module, layers, tp_copy, group)
     return TensorParallelExtension(module, group, layers, qkv, summed)
 
 
@@ -352,28 +361,11 @@ def _sequence_parallel(module: nn.Module, layers: dict[str, nn.Linear], group: i
     def gather_input(head, args):
         return (tp_gather_sequence(args[0], group), *args[1:])
 
-    def gather_whole_sequence(owner, args, kwargs):
-        # The module around column-parallel layers (attention, an MLP) reads the sequence length
-        # from its input: it gets the whole sequence.
-        if args and isinstance(args[0], torch.Tensor):
-            return (tp_all_gather_sequence(args[0], group), *args[1:]), kwargs
-        key = (
-            "hidden_states"
-            if "hidden_states" in kwargs
-            else next(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-        )
-        return args, {**kwargs, key: tp_all_gather_sequence(kwargs[key], group)}
-
     blocks[0].register_forward_pre_hook(split_input, with_kwargs=True)
     head.register_forward_pre_hook(gather_input)
-    modules = dict(module.named_modules())
-    owners = {
-        id(modules[n.rpartition(".")[0]]): modules[n.rpartition(".")[0]]
-        for n, layer in layers.items()
-        if isinstance(layer, ColumnParallelLinear)
-    }
-    for owner in owners.values():
-        owner.register_forward_pre_hook(gather_whole_sequence, with_kwargs=True)
+    # The module around column-parallel layers (attention, an MLP) reads the sequence length from
+    # its input: it gets the whole sequence.
+    _enter_at_owners(module, layers, tp_all_gather_sequence, group)
     outside = {id(p) for m in module.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
     outside |= {id(p) for p in head.parameters()}
     split = {id(layer.weight) for layer in layers.values()}
@@ -387,6 +379,31 @@ def _sequence_parallel(module: nn.Module, layers: dict[str, nn.Linear], group: i
         for n, p in module.named_parameters(remove_duplicate=False)
         if id(p) not in outside | split and p.requires_grad
     )
+
+
+def _enter_at_owners(module: nn.Module, layers: dict[str, nn.Linear], enter, group: int) -> None:
+    """Apply ``enter`` once to the input of each module holding column-parallel layers (not in
+    each layer): the layers of one module that read the same input then share one collective."""
+    modules = dict(module.named_modules())
+    owners = {}
+    for name, layer in layers.items():
+        if isinstance(layer, ColumnParallelLinear):
+            layer.tp_entered_by_owner = True
+            owner = modules[name.rpartition(".")[0]]
+            owners[id(owner)] = owner
+
+    def hook(owner, args, kwargs):
+        if args and isinstance(args[0], torch.Tensor):
+            return (enter(args[0], group), *args[1:]), kwargs
+        key = (
+            "hidden_states"
+            if "hidden_states" in kwargs
+            else next(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+        )
+        return args, {**kwargs, key: enter(kwargs[key], group)}
+
+    for owner in owners.values():
+        owner.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _dividing(x: torch.Tensor, size: int) -> torch.Tensor:
