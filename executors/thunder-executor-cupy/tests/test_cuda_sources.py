@@ -102,7 +102,10 @@ def _nvrtc_compile(source: str, arch: str) -> tuple[bool, str]:
     options = [f"--gpu-architecture={arch}".encode()]
     (error,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
     _, size = nvrtc.nvrtcGetProgramLogSize(program)
-    log = b" " * size
+    # NVRTC writes the log into this buffer. ``b" " * 1`` is CPython's shared one-byte object:
+    # writing into it (an empty log has size 1) would turn every b" " of the process into b"\x00"
+    # (torch.load then read the pickled int 32 as 0). A fresh buffer of at least two bytes is ours.
+    log = b" " * max(size, 2)
     nvrtc.nvrtcGetProgramLog(program, log)
     nvrtc.nvrtcDestroyProgram(program)
     return error == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")

@@ -94,8 +94,11 @@ def _scenario(build, sequence_parallel: bool = False) -> dict:
     elements = sum(p.numel() for p in model.parameters())
     options = {"tensor-parallel": {"sequence_parallel": sequence_parallel}}
     jitted = thunder_core.jit(model, plugins=["tensor-parallel"], options=options)
-    local = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     losses = train(jitted)
+    # What every rank holds after training, gathered to rank 0.
+    mine = {k: tuple(p.shape) for k, p in model.named_parameters()}
+    held: list = [None] * dist.get_world_size()
+    dist.all_gather_object(held, mine)
     forward = [t for t in thunder_core.last_traces(jitted) if t.decisions][0]
     backward = [t for t in thunder_core.last_backward_traces(jitted) if t.decisions][-1]
     names = [b.symbol.name for t in (forward, backward) for b in t.bound_symbols]
@@ -110,7 +113,7 @@ def _scenario(build, sequence_parallel: bool = False) -> dict:
         "saved_by_blocks": saved,
         "params": jitted.state_dict(),
         "full_shapes": full,
-        "local_shapes": local,
+        "local_shapes": held,  # one dict per rank
         "elements": (elements, sum(p.numel() for p in model.parameters())),
         "collectives": {
             name: names.count(name)
