@@ -215,10 +215,11 @@ def _refuse_distributed_tensors(module: nn.Module) -> None:
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         if isinstance(tensor, DTensor):
             raise CaptureError(
-                f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard or another "
-                "torch.distributed wrapper), whose hooks gather it at run time; a trace cannot replay them. "
-                "Ways out: jit each block before sharding it (fully_shard(thunder_core.jit(block)), then "
-                "fully_shard(model)), or jit the plain model with plugins=['fsdp'] (thunder-plugin-distributed)."
+                f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard, split by "
+                "parallelize_module, or made by another torch.distributed wrapper), whose hooks gather or "
+                "redistribute it at run time; a trace cannot replay them. Ways out: jit each block before "
+                "sharding it (fully_shard(thunder_core.jit(block)), then fully_shard(model)), or jit the plain "
+                "model with plugins=['fsdp'] or plugins=['tensor-parallel'] (thunder-plugin-distributed)."
             )
 
 
