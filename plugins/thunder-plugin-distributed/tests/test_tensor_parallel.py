@@ -18,6 +18,9 @@ import torch
 HERE = Path(__file__).parent
 MODELS = ["litgpt"] + (["llama"] if importlib.util.find_spec("transformers") is not None else [])
 SCENARIOS = [*MODELS, *(f"{m}_sequence" for m in MODELS)]
+# With thunder-plugin-checkpoint installed beside this package: the two plugins together.
+if importlib.util.find_spec("thunder_plugin_checkpoint") is not None:
+    SCENARIOS.append("litgpt_checkpoint")
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 
 
@@ -62,7 +65,7 @@ def references() -> dict:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_tensor_parallel_training_equals_one_eager_process(runs, references, scenario):
     ranks, results = runs
-    result, reference = results[scenario], references[scenario.removesuffix("_sequence")]
+    result, reference = results[scenario], references[scenario.split("_")[0]]
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(reference["losses"]), **TOLERANCE)
     assert set(result["params"]) == set(reference["params"])
     for name, expected in reference["params"].items():
@@ -106,3 +109,9 @@ def test_each_rank_holds_its_share_of_the_split_layers(runs, scenario):
     assert split >= 10  # the 5 (litgpt) or 7 (Llama) projections of both layers
     full_elements, local_elements = result["elements"]
     assert full_elements / ranks < local_elements < full_elements  # embeddings, norms and the head are whole
+
+
+@pytest.mark.skipif("litgpt_checkpoint" not in SCENARIOS, reason="thunder-plugin-checkpoint is not installed")
+def test_with_activation_checkpointing_the_blocks_save_less(runs):
+    ranks, results = runs
+    assert results["litgpt_checkpoint"]["saved_by_blocks"] < results["litgpt"]["saved_by_blocks"]

@@ -88,12 +88,16 @@ def _saved_by_blocks(jitted) -> tuple[list, int]:
     return shapes, saved
 
 
-def _scenario(build, sequence_parallel: bool = False) -> dict:
+def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False) -> dict:
     model = build()
     full = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     elements = sum(p.numel() for p in model.parameters())
     options = {"tensor-parallel": {"sequence_parallel": sequence_parallel}}
-    jitted = thunder_core.jit(model, plugins=["tensor-parallel"], options=options)
+    plugins = ["tensor-parallel"]
+    if checkpoint:  # activation checkpointing of every block (thunder-plugin-checkpoint)
+        plugins.append("checkpoint")
+        options["checkpoint"] = {"policy": "blocks"}
+    jitted = thunder_core.jit(model, plugins=plugins, options=options)
     losses = train(jitted)
     # What every rank holds after training, gathered to rank 0.
     mine = {k: tuple(p.shape) for k, p in model.named_parameters()}
@@ -143,6 +147,10 @@ def scenario_litgpt_sequence() -> dict:
 
 def scenario_llama_sequence() -> dict:
     return _scenario(build_llama, sequence_parallel=True)
+
+
+def scenario_litgpt_checkpoint() -> dict:
+    return _scenario(build_litgpt, checkpoint=True)
 
 
 def main() -> None:
