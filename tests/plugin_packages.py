@@ -534,8 +534,10 @@ def write_package(root: Path, distribution, group, ep_name, ep_value, files, req
     return folder
 
 
-def install_all(root: Path) -> list[str]:
-    folders = [write_package(root, *spec) for spec in PACKAGES]
+def install_all(root: Path, packages: list | None = None) -> list[str]:
+    """Install ``packages`` (specs like ``PACKAGES``', by default all of them) from ``root``."""
+    packages = PACKAGES if packages is None else packages
+    folders = [write_package(root, *spec) for spec in packages]
     subprocess.run(
         [
             sys.executable,
@@ -549,7 +551,7 @@ def install_all(root: Path) -> list[str]:
         ],
         check=True,
     )
-    return [spec[0] for spec in PACKAGES]
+    return [spec[0] for spec in packages]
 
 
 def uninstall_all(distributions: list[str]) -> None:

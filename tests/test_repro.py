@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 import torch
-from plugin_packages import FAILING_OPERATOR, _failing_fusion, uninstall_all, write_package
+from plugin_packages import FAILING_OPERATOR, _failing_fusion, install_all, uninstall_all
 
 import thunder_core
 from thunder_core.plugins.manager import reset_plugin_manager
@@ -43,24 +43,10 @@ PACKAGES = [
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("repro_packages")
-    folders = [write_package(root, *spec) for spec in PACKAGES]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            *map(str, folders),
-        ],
-        check=True,
-    )
+    installed = install_all(tmp_path_factory.mktemp("repro_packages"), PACKAGES)
     reset_plugin_manager()
     yield
-    uninstall_all([spec[0] for spec in PACKAGES])
+    uninstall_all(installed)
     reset_plugin_manager()
 
 

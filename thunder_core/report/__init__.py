@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import statistics
 import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from urllib.parse import quote
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -114,6 +112,8 @@ def _title(compiled) -> str:
 
 
 def _versions() -> dict:
+    import platform  # here, not at import thunder_core
+
     from thunder_core._version import __version__
 
     device = "CPU: " + (platform.processor() or platform.machine()) + f", {os.cpu_count()} cores"
@@ -389,6 +389,8 @@ def _generated_code(impl) -> str:
 
 
 def _source(location) -> dict | None:
+    from urllib.parse import quote  # here, not at import thunder_core
+
     if location is None:
         return None
     filename = str(location.filename)
