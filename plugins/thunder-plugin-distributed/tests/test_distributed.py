@@ -30,7 +30,7 @@ SCENARIOS = [
     "fsdp_zero2",
     "ddp_wrapper",
     "fully_shard_of_jitted_blocks",
-    "jit_of_fully_shard_refused",
+    "jit_of_fully_shard",
     "fsdp_checkpoint",
     "ddp_tied",
     "fsdp_tied",
@@ -162,10 +162,17 @@ def test_fully_shard_of_jitted_blocks(runs, single_process):
         assert info.entries == 1 and info.hits >= 4
 
 
-def test_jit_of_a_fully_shard_model_says_what_composes(runs):
-    error = runs["jit_of_fully_shard_refused"]["error"]
-    assert error is not None and "DTensor" in error
-    assert "fully_shard(thunder_core.jit(block))" in error and "plugins=['fsdp']" in error
+def test_jit_of_a_fully_shard_model_trains_as_one_process(runs, single_process):
+    """FSDP2's DTensor parameters traced: the gathers and reduce-scatters are in the traces, each
+    rank holds half of every parameter, the optimizer steps the DTensors."""
+    result = runs["jit_of_fully_shard"]
+    _assert_same_training(result, single_process)
+    assert result["extensions"] == ["dtensor"]  # chosen by jit itself
+    assert "fsdp_all_gather_again" in result["collectives"]["forward"]
+    assert "fsdp_reduce_scatter_start" in result["collectives"]["backward"]
+    held, full = result["parameter_elements"]
+    assert held <= full / 2 + 64
+    assert result["grad_types"] == {"DTensor"}  # every parameter's gradient, placed as the parameter
 
 
 def test_checkpoint_saved_and_loaded_into_a_fresh_job_continues_the_same(runs, single_process):

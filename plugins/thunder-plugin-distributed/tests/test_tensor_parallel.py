@@ -21,7 +21,15 @@ SCENARIOS = [*MODELS, *(f"{m}_sequence" for m in MODELS)]
 # With thunder-plugin-checkpoint installed beside this package: the two plugins together.
 if importlib.util.find_spec("thunder_plugin_checkpoint") is not None:
     SCENARIOS.append("litgpt_checkpoint")
+#: On 4 ranks also a (2, 2) mesh: tensor-parallel over pairs of ranks, fsdp or ddp across them.
+MESH_2D = [f"{m}_fsdp_2d" for m in MODELS] + ["litgpt_ddp_2d", "litgpt_sequence_fsdp_2d"]
+#: On 2 ranks: a checkpoint saved under tensor-parallel, loaded under fsdp (and by one process).
+LAYOUTS = ["dcp_to_fsdp"]
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _scenarios(ranks: int) -> list[str]:
+    return [*SCENARIOS, *(MESH_2D if ranks == 4 else LAYOUTS)]
 
 
 def _free_port() -> int:
@@ -47,12 +55,14 @@ def runs(request, tmp_path_factory) -> tuple[int, dict]:
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-        str(HERE / "tp_worker.py"), str(out), *SCENARIOS,
+        str(HERE / "tp_worker.py"), str(out), *_scenarios(ranks),
     ]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}")
-    return ranks, {name: torch.load(out / f"{name}-{ranks}.pt", weights_only=False) for name in SCENARIOS}
+    results = {name: torch.load(out / f"{name}-{ranks}.pt", weights_only=False) for name in _scenarios(ranks)}
+    results["out"] = out
+    return ranks, results
 
 
 @pytest.fixture(scope="module")
@@ -62,22 +72,34 @@ def references() -> dict:
     return {name: worker.reference(builds[name]) for name in MODELS}
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [*SCENARIOS, *MESH_2D, *LAYOUTS])
 def test_tensor_parallel_training_equals_one_eager_process(runs, references, scenario):
     ranks, results = runs
+    if scenario not in results:
+        pytest.skip(f"{scenario} runs on {2 if scenario in LAYOUTS else 4} ranks")
+    if scenario in LAYOUTS:
+        result, reference = results[scenario], references["litgpt"]
+        torch.testing.assert_close(
+            torch.tensor(result["losses"]), torch.tensor(reference["losses"]), **TOLERANCE
+        )
+        _assert_same_parameters(result["params"], reference["params"])
+        return
     result, reference = results[scenario], references[scenario.split("_")[0]]
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(reference["losses"]), **TOLERANCE)
-    assert set(result["params"]) == set(reference["params"])
-    for name, expected in reference["params"].items():
-        torch.testing.assert_close(
-            result["params"][name], expected, **TOLERANCE, msg=lambda m, n=name: f"{n}: {m}"
-        )
+    _assert_same_parameters(result["params"], reference["params"])
     # One all-reduce after each row-parallel layer in the forward and one before each column-parallel
     # group in the backward: the collectives are in the traces.
     assert result["collectives"]["tp_copy"] > 0 and result["collectives"]["tp_all_reduce"] > 0
     if scenario.endswith("_sequence"):
         assert result["collectives"]["tp_all_gather_sequence"] > 0
         assert result["collectives"]["tp_reduce_scatter_sequence"] > 0
+
+
+def _assert_same_parameters(params: dict, expected: dict) -> None:
+    assert set(params) == set(expected)
+    for name, value in expected.items():
+        assert not hasattr(params[name], "placements"), f"{name}: a DTensor, not the full tensor"
+        torch.testing.assert_close(params[name], value, **TOLERANCE, msg=lambda m, n=name: f"{n}: {m}")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -90,25 +112,72 @@ def test_sequence_parallel_blocks_hold_their_part_of_the_sequence(runs, model):
     assert split["saved_by_blocks"] < whole["saved_by_blocks"]  # and what it keeps for the backward
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [*SCENARIOS, *MESH_2D])
 def test_each_rank_holds_its_share_of_the_split_layers(runs, scenario):
     ranks, results = runs
+    if scenario not in results:
+        pytest.skip(f"{scenario} runs on 4 ranks")
     result = results[scenario]
     assert len(result["local_shapes"]) == ranks
+    tensor_size = 2 if scenario in MESH_2D else ranks
+    sharded_by_fsdp = "_fsdp_" in scenario
     split = 0
     for name, full in result["full_shapes"].items():
         held = [shapes[name] for shapes in result["local_shapes"]]
-        if held[0] != full:
+        local = held[0]
+        if sharded_by_fsdp:
+            continue  # every rank's part is cut again on dim 0 (padded): counted below
+        if local != full:
             split += 1
             for local in held:  # every rank the same share: one dimension divided by the ranks
-                assert [a * ranks if a != b else a for a, b in zip(local, full)] == list(full), (
+                assert [a * tensor_size if a != b else a for a, b in zip(local, full)] == list(full), (
                     name,
                     held,
                     full,
                 )
-    assert split >= 10  # the 5 (litgpt) or 7 (Llama) projections of both layers
+    if not sharded_by_fsdp:
+        assert split >= 10  # the 5 (litgpt) or 7 (Llama) projections of both layers
     full_elements, local_elements = result["elements"]
-    assert full_elements / ranks < local_elements < full_elements  # embeddings, norms and the head are whole
+    if sharded_by_fsdp:
+        # The projections split over the tensor dimension and everything sharded over the data one:
+        # less than either alone would leave (half, or more), at least a quarter.
+        assert full_elements / ranks <= local_elements < full_elements / 2
+    else:
+        assert (
+            full_elements / tensor_size < local_elements < full_elements
+        )  # embeddings, norms and the head are whole
+
+
+def test_a_checkpoint_saved_under_tensor_parallel_loads_in_one_process(runs, references):
+    """The DCP checkpoint of 2 tensor-parallel ranks, loaded by one plain process (no process
+    group), continues as training straight through does."""
+    ranks, results = runs
+    if ranks != 2:
+        pytest.skip("the checkpoint is written by the 2-rank run")
+    import torch.distributed.checkpoint as dcp
+
+    worker = _worker()
+    placements = results["dcp_to_fsdp"]["placements"]
+    assert "(Shard(dim=1),)" in placements["transformer.h.0.attn.proj.weight"]  # row-parallel
+    assert "(Shard(dim=0),)" in placements["transformer.h.0.mlp.fc_1.weight"]  # column-parallel
+    assert "(Replicate(),)" in placements["transformer.h.0.attn.qkv.weight"]  # split by heads
+    torch.manual_seed(123)
+    model = worker.build_litgpt()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=worker.LR)
+    from thunder_plugin_distributed import load_optimizer_state_dict, optimizer_state_dict
+
+    state = {"model": model.state_dict(), "optimizer": optimizer_state_dict(model, optimizer)}
+    dcp.load(state, checkpoint_id=str(results["out"] / "dcp"), no_dist=True)
+    model.load_state_dict(state["model"])
+    load_optimizer_state_dict(model, optimizer, state["optimizer"])
+    losses = worker.train(
+        model, steps=worker.STEPS - worker.SAVED_AFTER, optimizer=optimizer, first=worker.SAVED_AFTER
+    )
+    reference = references["litgpt"]
+    torch.testing.assert_close(
+        torch.tensor(losses), torch.tensor(reference["losses"][worker.SAVED_AFTER :]), **TOLERANCE
+    )
+    _assert_same_parameters(model.state_dict(), reference["params"])
 
 
 @pytest.mark.skipif("litgpt_checkpoint" not in SCENARIOS, reason="thunder-plugin-checkpoint is not installed")

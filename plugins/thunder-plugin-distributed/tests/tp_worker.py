@@ -19,6 +19,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from thunder_plugin_distributed import full_state_dict
 
 import thunder_core
 from thunder_core.testing.models import small_litgpt
@@ -55,11 +56,12 @@ def loss_of(model, tokens):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
-def train(model, steps: int = STEPS) -> list[float]:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+def train(model, steps: int = STEPS, rows=slice(None), optimizer=None, first: int = 0) -> list[float]:
+    """``steps`` AdamW steps from batch ``first`` on; each batch's ``rows`` (this rank's data)."""
+    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
-    for tokens in batches()[:steps]:
-        loss = loss_of(model, tokens)
+    for tokens in batches()[first : first + steps]:
+        loss = loss_of(model, tokens[rows])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -88,17 +90,27 @@ def _saved_by_blocks(jitted) -> tuple[list, int]:
     return shapes, saved
 
 
-def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False) -> dict:
+def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False, data: str = "") -> dict:
+    """``data``: "fsdp" or "ddp" over the data dimension of a (world/2, 2) mesh, each data-parallel
+    rank training on its rows of the global batch."""
     model = build()
     full = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     elements = sum(p.numel() for p in model.parameters())
     options = {"tensor-parallel": {"sequence_parallel": sequence_parallel}}
     plugins = ["tensor-parallel"]
+    rows = slice(None)
+    if data:
+        plugins.append(data)
+        options["tensor-parallel"]["size"] = 2
+        data_size, data_rank = dist.get_world_size() // 2, dist.get_rank() // 2
+        rows = slice(data_rank * BATCH // data_size, (data_rank + 1) * BATCH // data_size)
     if checkpoint:  # activation checkpointing of every block (thunder-plugin-checkpoint)
         plugins.append("checkpoint")
         options["checkpoint"] = {"policy": "blocks"}
     jitted = thunder_core.jit(model, plugins=plugins, options=options)
-    losses = train(jitted)
+    losses = train(jitted, rows=rows)
+    if data:  # the loss of the global batch: the mean of the data-parallel ranks' losses
+        losses = _mean_over_ranks(losses)
     # What every rank holds after training, gathered to rank 0.
     mine = {k: tuple(p.shape) for k, p in model.named_parameters()}
     held: list = [None] * dist.get_world_size()
@@ -115,7 +127,7 @@ def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False) 
         "losses": losses,
         "block_inputs": block_inputs,
         "saved_by_blocks": saved,
-        "params": jitted.state_dict(),
+        "params": full_state_dict(jitted),
         "full_shapes": full,
         "local_shapes": held,  # one dict per rank
         "elements": (elements, sum(p.numel() for p in model.parameters())),
@@ -131,6 +143,12 @@ def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False) 
             )
         },  # fmt: skip
     }
+
+
+def _mean_over_ranks(losses: list[float]) -> list[float]:
+    values = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(values)
+    return (values / dist.get_world_size()).tolist()
 
 
 def scenario_litgpt() -> dict:
@@ -153,8 +171,56 @@ def scenario_litgpt_checkpoint() -> dict:
     return _scenario(build_litgpt, checkpoint=True)
 
 
+def scenario_litgpt_fsdp_2d() -> dict:
+    return _scenario(build_litgpt, data="fsdp")
+
+
+def scenario_llama_fsdp_2d() -> dict:
+    return _scenario(build_llama, data="fsdp")
+
+
+def scenario_litgpt_ddp_2d() -> dict:
+    return _scenario(build_litgpt, data="ddp")
+
+
+def scenario_litgpt_sequence_fsdp_2d() -> dict:
+    return _scenario(build_litgpt, sequence_parallel=True, data="fsdp")
+
+
+SAVED_AFTER = 3  # steps trained before the checkpoint is written
+
+
+def scenario_dcp_to_fsdp() -> dict:
+    """Train SAVED_AFTER steps under tensor-parallel, save model and optimizer with
+    torch.distributed.checkpoint; a fresh model under fsdp (another layout) loads them and trains
+    the remaining steps. The checkpoint stays in OUT_DIR/dcp for a one-process job to load."""
+    import torch.distributed.checkpoint as dcp
+    from thunder_plugin_distributed import load_optimizer_state_dict, optimizer_state_dict
+
+    path = os.path.join(os.environ["THUNDER_TEST_OUT"], "dcp")
+    jitted = thunder_core.jit(build_litgpt(), plugins=["tensor-parallel"])
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    losses = train(jitted, steps=SAVED_AFTER, optimizer=optimizer)
+    state = {"model": jitted.state_dict(), "optimizer": optimizer_state_dict(jitted, optimizer)}
+    placements = {k: str(v.placements) for k, v in state["model"].items() if hasattr(v, "placements")}
+    dcp.save(state, checkpoint_id=path)
+
+    torch.manual_seed(123)  # a fresh job: other initial weights
+    fresh = thunder_core.jit(
+        small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=4), plugins=["fsdp"]
+    )
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=LR)
+    state = {"model": fresh.state_dict(), "optimizer": optimizer_state_dict(fresh, fresh_optimizer)}
+    dcp.load(state, checkpoint_id=path)
+    fresh.load_state_dict(state["model"])
+    load_optimizer_state_dict(fresh, fresh_optimizer, state["optimizer"])
+    losses += train(fresh, steps=STEPS - SAVED_AFTER, optimizer=fresh_optimizer, first=SAVED_AFTER)
+    return {"losses": losses, "params": full_state_dict(fresh), "placements": placements}
+
+
 def main() -> None:
     out, names = sys.argv[1], sys.argv[2:]
+    os.environ["THUNDER_TEST_OUT"] = out
     dist.init_process_group("gloo")
     try:
         for name in names:

@@ -336,20 +336,38 @@ def scenario_fully_shard_of_jitted_blocks() -> dict:
     return {"losses": losses, "params": params, "cache_info": [thunder_core.cache_info(b) for b in blocks]}
 
 
-def scenario_jit_of_fully_shard_refused() -> dict:
-    """jit of a model whose blocks fully_shard already sharded: a clear error, not a crash inside FSDP2."""
+def scenario_jit_of_fully_shard() -> dict:
+    """thunder_core.jit of a model whose blocks and root fully_shard (FSDP2) sharded, with the
+    optimizer made on its DTensor parameters first: traced by the dtensor plugin."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
 
     model = build_model()
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.transformer.h:
         fully_shard(block, mesh=mesh)
-    try:
-        thunder_core.jit(model)
-    except thunder_core.CaptureError as error:
-        return {"error": str(error)}
-    return {"error": None}
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    jitted = thunder_core.jit(model)
+    losses = _train(jitted, optimizer)
+    forward = [t for t in thunder_core.last_traces(jitted) if t.decisions][0]
+    backward = [t for t in thunder_core.last_backward_traces(jitted) if t.decisions][-1]
+    held = sum(p.to_local().numel() for p in model.parameters())
+    loss_of(jitted, _local(batches()[0])).backward()  # the gradients the optimizer would step
+    grads = [type(p.grad).__name__ for p in model.parameters()]
+    optimizer.zero_grad()
+    return {
+        "losses": losses,
+        "params": {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()},
+        "extensions": [e.name for e in jitted.extensions],
+        "collectives": {
+            "forward": [b.symbol.name for b in forward.bound_symbols],
+            "backward": [b.symbol.name for b in backward.bound_symbols],
+        },
+        "parameter_elements": (held, sum(p.numel() for p in model.parameters())),
+        "grad_types": set(grads),
+    }
 
 
 def scenario_fsdp_checkpoint() -> dict:

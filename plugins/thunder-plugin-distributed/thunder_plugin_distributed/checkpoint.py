@@ -1,23 +1,26 @@
 """Optimizer state in a form ``torch.distributed.checkpoint`` saves and loads across ranks.
 
-An optimizer on an ``fsdp`` module holds per-parameter state of the shards' shape (AdamW's
-``exp_avg``, ``exp_avg_sq``). ``optimizer_state_dict`` keys that state by parameter name and
-gives shard-shaped tensors as DTensors of the full shape, as ``jitted.state_dict()`` does for
-the parameters, so ``torch.distributed.checkpoint.save`` writes every rank's rows once and
-``load`` puts them back, also into a fresh job. With ``ddp`` (or no plugin) every rank holds
-the whole state and the tensors stay plain.
+An optimizer on an ``fsdp`` or ``tensor-parallel`` module holds per-parameter state of the
+shape each rank holds (AdamW's ``exp_avg``, ``exp_avg_sq``). ``optimizer_state_dict`` keys that
+state by parameter name and gives it as DTensors of the full shape, placed as
+``jitted.state_dict()`` places the parameters, so ``torch.distributed.checkpoint.save`` writes
+every rank's part once and ``load`` puts it back, also into a job with another layout (another
+plugin, another number of ranks, one process). With ``ddp`` (or no plugin) every rank holds the
+whole state and the tensors stay plain.
 """
 
 from __future__ import annotations
 
 import torch
 
-from thunder_plugin_distributed.fsdp import FSDPExtension, _slots
+from thunder_plugin_distributed.fsdp import _slots
 
 
-def _fsdp(jitted_module) -> FSDPExtension | None:
+def _placer(jitted_module):
+    """The extension that places per-parameter state: tensor-parallel (with what is stacked on
+    it) or fsdp; None when every rank holds everything."""
     for extension in getattr(jitted_module, "extensions", ()):
-        if isinstance(extension, FSDPExtension):
+        if hasattr(extension, "placed"):
             return extension
     return None
 
@@ -50,20 +53,20 @@ def _initialize_state(optimizer) -> None:
 
 def optimizer_state_dict(jitted_module, optimizer) -> dict:
     """``{"state": {name: {...}}, "param_groups": [...]}`` with parameter names for indices and,
-    under ``fsdp``, shard-shaped state as DTensors; made if the optimizer has not stepped yet."""
+    under ``fsdp`` or ``tensor-parallel``, per-parameter state as DTensors; made if the optimizer
+    has not stepped yet."""
     _initialize_state(optimizer)
-    module = jitted_module._model
+    module = getattr(jitted_module, "_model", jitted_module)
     names = _names_by_parameter(module)
-    fsdp = _fsdp(jitted_module)
+    placer = _placer(jitted_module)
     raw = optimizer.state_dict()
     flat = [p for group in optimizer.param_groups for p in group["params"]]
     state = {}
     for index, values in raw["state"].items():
         name = names[id(flat[index])]
-        info = fsdp.sharded.get(name) if fsdp is not None else None
         state[name] = {
-            key: fsdp.as_dtensor(value, info)
-            if info is not None and isinstance(value, torch.Tensor) and value.shape == flat[index].shape
+            key: placer.placed(name, value)
+            if placer is not None and isinstance(value, torch.Tensor) and value.shape == flat[index].shape
             else value
             for key, value in values.items()
         }
@@ -77,8 +80,9 @@ def load_optimizer_state_dict(jitted_module, optimizer, state_dict: dict) -> Non
     """Load what ``optimizer_state_dict`` gave (after ``torch.distributed.checkpoint.load``)."""
     from torch.distributed.tensor import DTensor
 
-    module = jitted_module._model
+    module = getattr(jitted_module, "_model", jitted_module)
     names = _names_by_parameter(module)
+    placer = _placer(jitted_module)
     flat = [p for group in optimizer.param_groups for p in group["params"]]
     index_of = {names[id(p)]: i for i, p in enumerate(flat)}
     state = {}
@@ -86,11 +90,10 @@ def load_optimizer_state_dict(jitted_module, optimizer, state_dict: dict) -> Non
         param = flat[index_of[name]]
         converted = {}
         for key, value in values.items():
-            if isinstance(value, DTensor):
-                local = value.to_local()
-                padded = torch.zeros_like(param)
-                padded[: local.shape[0]].copy_(local)
-                value = padded
+            if placer is not None and isinstance(value, torch.Tensor) and value.dim() and param.dim():
+                value = placer.local_of(name, value, param)
+            elif isinstance(value, DTensor):
+                value = value.full_tensor()
             converted[key] = value
         state[index_of[name]] = converted
     groups = [

@@ -1,4 +1,4 @@
-"""What the ddp and fsdp plugins share: the probe, the process group, the one-plugin-per-module rule."""
+"""What the distributed plugins share: the probe, the process groups, which plugins prepared a module."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import torch.distributed as dist
 from torch import nn
 
 from thunder_core.extend import Availability, ConfigError
-
-_PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> "ddp" | "fsdp"
+from thunder_plugin_distributed.collectives import register_group
 
 
 def probe() -> Availability:
@@ -27,16 +26,53 @@ def probe() -> Availability:
     return Availability.ok()
 
 
+#: module -> {plugin name: its extension (None while the transform runs)}, in the order applied
+_PREPARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: module -> the group key over which ddp or fsdp work: the data dimension of a tensor-parallel mesh
+_DATA_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_STACKABLE = {"tensor-parallel": ("ddp", "fsdp")}  # may be followed on the same module by
+
+
 def claim_module(module: nn.Module, plugin: str) -> None:
-    """Refuse to prepare a module twice (ddp and fsdp together, or jit of a jitted module's model)."""
-    earlier = _PREPARED.get(module)
-    if earlier is not None:
+    """Refuse to prepare a module twice (ddp and fsdp together, or jit of a jitted module's model).
+    ``tensor-parallel`` followed by ``fsdp`` or ``ddp`` is the one stack allowed (a 2-D mesh)."""
+    earlier = list(_PREPARED.get(module, {}))
+    if earlier:
+        if len(earlier) == 1 and plugin in _STACKABLE.get(earlier[0], ()):
+            _PREPARED[module][plugin] = None
+            return
+        if plugin == "tensor-parallel" and earlier in (["ddp"], ["fsdp"]):
+            raise ConfigError(
+                f"tensor-parallel: this module was already prepared by {earlier[0]!r}; list 'tensor-parallel' "
+                f"before {earlier[0]!r} in plugins (the layers are split first, then each part is "
+                f"{'sharded' if earlier[0] == 'fsdp' else 'synchronized'} over the data dimension)"
+            )
         raise ConfigError(
-            f"{plugin}: this module was already prepared by the {earlier!r} plugin (its parameters are "
-            f"{'sharded' if earlier == 'fsdp' else 'synchronized'}); select one of ddp and fsdp per model, "
-            "and jit the original model once"
+            f"{plugin}: this module was already prepared by the {earlier[-1]!r} plugin; select one of ddp "
+            "and fsdp per model (each may follow tensor-parallel), and jit the original model once"
         )
-    _PREPARED[module] = plugin
+    _PREPARED[module] = {plugin: None}
+
+
+def record_extension(module: nn.Module, plugin: str, extension) -> None:
+    """Keep what ``plugin``'s transform made of ``module``, for the plugins stacked with it."""
+    _PREPARED[module][plugin] = extension
+
+
+def prepared_by(module: nn.Module) -> dict:
+    """{plugin name: extension} of the distributed plugins that prepared ``module``."""
+    return dict(_PREPARED.get(module, {}))
+
+
+def set_data_parallel_group(module: nn.Module, group: int) -> None:
+    _DATA_GROUPS[module] = group
+
+
+def data_parallel_group(module: nn.Module) -> int:
+    """The group key over which ddp and fsdp work on ``module``: every rank, or the data dimension
+    of the mesh a ``tensor-parallel`` plugin with ``size`` below the world size made."""
+    found = _DATA_GROUPS.get(module)
+    return found if found is not None else register_group(None)
 
 
 @torch.no_grad()

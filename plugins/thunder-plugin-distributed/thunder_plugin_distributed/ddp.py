@@ -15,8 +15,14 @@ import torch.distributed as dist
 from torch import nn
 
 from thunder_core.extend import ModuleExtension, TensorProxy
-from thunder_plugin_distributed.collectives import ddp_synchronize, group_of, register_group
-from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
+from thunder_plugin_distributed.collectives import ddp_synchronize, group_of
+from thunder_plugin_distributed.common import (
+    broadcast_from_first_rank,
+    claim_module,
+    data_parallel_group,
+    record_extension,
+    unique_tensors,
+)
 from thunder_plugin_distributed.teardown import release_at_exit
 
 
@@ -97,8 +103,10 @@ def average_gradients(parameters, group_key: int) -> None:
 def ddp_transform(module: nn.Module, options: dict) -> DDPExtension:
     """Broadcast the first rank's parameters and buffers; gradients are averaged in the backward."""
     claim_module(module, "ddp")
-    group = register_group(None)
+    group = data_parallel_group(module)
     release_at_exit()
     if options["broadcast"]:
         broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
-    return DDPExtension(module, group, options["bucket_size_mb"])
+    extension = DDPExtension(module, group, options["bucket_size_mb"])
+    record_extension(module, "ddp", extension)
+    return extension

@@ -25,10 +25,15 @@ from thunder_plugin_distributed.collectives import (
     ddp_synchronize,
     group_of,
     rank,
-    register_group,
     world_size,
 )
-from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
+from thunder_plugin_distributed.common import (
+    broadcast_from_first_rank,
+    claim_module,
+    data_parallel_group,
+    record_extension,
+    unique_tensors,
+)
 from thunder_plugin_distributed.teardown import release_at_exit
 
 
@@ -59,7 +64,7 @@ def _slots(module: nn.Module):
 
 
 @torch.no_grad()
-def _shard(param: torch.Tensor, info: ShardInfo) -> torch.Tensor:
+def take_shard(param: torch.Tensor, info: ShardInfo) -> torch.Tensor:
     start = info.rank * info.shard_rows
     shard = torch.zeros((info.shard_rows, *param.shape[1:]), dtype=param.dtype, device=param.device)
     if info.valid_rows:
@@ -118,6 +123,49 @@ class FSDPExtension(ModuleExtension):
             stride=torch.empty(full, device="meta").stride(),
         )
 
+    def placed(self, name: str, local: torch.Tensor):
+        """``local`` (this rank's shard of parameter ``name``, or optimizer state of its shape) as a
+        DTensor of the full shape; other tensors as they are."""
+        info = self.sharded.get(name)
+        if info is None or tuple(local.shape) != (info.shard_rows, *info.full_shape[1:]):
+            return local
+        return self.as_dtensor(local, info)
+
+    @torch.no_grad()
+    def local_of(self, name: str, value: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+        """This rank's padded shard of ``value`` (a DTensor from ``placed``, or the full tensor)."""
+        from torch.distributed.tensor import DTensor
+
+        info = self.sharded.get(name)
+        if info is None:
+            return value
+        if isinstance(value, DTensor):
+            from torch.distributed.tensor import Shard
+
+            if tuple(value.placements) == (Shard(0),) and value.device_mesh.size() == world_size(self.group):
+                local = value.to_local()  # laid out as this plugin lays it out (from placed())
+                if local.data_ptr() == held.data_ptr():
+                    return held
+                padded = torch.zeros_like(held)
+                padded[: local.shape[0]].copy_(local)
+                return padded
+            value = value.full_tensor()  # another layout
+        if tuple(value.shape) == info.full_shape:
+            return take_shard(value.to(held.device), info)
+        raise ConfigError(
+            f"fsdp: {name!r} has shape {tuple(value.shape)}; expected the full shape {info.full_shape} "
+            "or a DTensor from this module's state_dict()"
+        )
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every sharded parameter gathered to its full tensor (on every rank)."""
+        state = self.module.state_dict()
+        for key, value in state.items():
+            info = self.sharded.get(key)
+            if info is not None:
+                state[key] = self.full_parameter(value, info)
+        return state
+
     def state_dict(self, module, *args, **kwargs) -> dict:
         """Sharded parameters as DTensors (for ``torch.distributed.checkpoint``), the rest as they are."""
         state = module.state_dict(*args, **kwargs)
@@ -131,27 +179,15 @@ class FSDPExtension(ModuleExtension):
     @torch.no_grad()
     def load_state_dict(self, module, state_dict, strict: bool = True):
         """Accepts what ``state_dict`` gives (DTensors) or full tensors (each rank takes its rows)."""
-        from torch.distributed.tensor import DTensor
-
         params = {name: owner._parameters[attr] for owner, attr, name in _slots(module)}
         converted = dict(state_dict)
         for key, value in state_dict.items():
-            info = self.sharded.get(key)
-            if info is None:
-                continue
-            shard = params[key]
-            if isinstance(value, DTensor):
-                local = value.to_local()
+            if key in self.sharded:
+                shard = params[key]
+                local = self.local_of(key, value, shard)
                 if local.data_ptr() != shard.data_ptr():
-                    shard[: info.valid_rows].copy_(local)
-            elif tuple(value.shape) == info.full_shape:
-                shard.copy_(_shard(value.to(shard.device), info))
-            else:
-                raise ConfigError(
-                    f"fsdp: {key!r} has shape {tuple(value.shape)}; expected the full shape {info.full_shape} "
-                    "or a DTensor from this module's state_dict()"
-                )
-            converted[key] = shard
+                    shard.copy_(local)
+                converted[key] = shard
         return module.load_state_dict(converted, strict=strict)
 
     @torch.no_grad()
@@ -171,7 +207,7 @@ def fsdp_transform(module: nn.Module, options: dict) -> FSDPExtension:
     if zero not in (2, 3):
         raise ConfigError(f"fsdp: option zero must be 2 or 3, got {zero}")
     claim_module(module, "fsdp")
-    group = register_group(None)
+    group = data_parallel_group(module)
     release_at_exit()
     size, me = world_size(group), rank(group)
     if options["broadcast"]:
@@ -191,22 +227,19 @@ def fsdp_transform(module: nn.Module, options: dict) -> FSDPExtension:
             info = ShardInfo(tuple(param.shape), math.ceil(param.shape[0] / size), me)
             # The Parameter object keeps its identity (an optimizer made before jit still steps
             # it) and now holds the shard.
-            param.data = _shard(param.detach(), info)
+            param.data = take_shard(param.detach(), info)
             infos[id(param)] = info
         sharded[name] = infos[id(param)]
-    return FSDPExtension(module, group, zero, sharded)
+    extension = FSDPExtension(module, group, zero, sharded)
+    record_extension(module, "fsdp", extension)
+    return extension
 
 
 def full_state_dict(jitted_module) -> dict[str, torch.Tensor]:
-    """The state dict with every sharded parameter gathered to its full tensor (on every rank)."""
+    """The state dict with every sharded or split parameter gathered to its full tensor (on every rank)."""
     for extension in getattr(jitted_module, "extensions", ()):
-        if isinstance(extension, FSDPExtension):
-            state = jitted_module._model.state_dict()
-            for key, value in state.items():
-                info = extension.sharded.get(key)
-                if info is not None:
-                    state[key] = extension.full_parameter(value, info)
-            return state
+        if hasattr(extension, "full_state_dict"):  # tensor-parallel (with fsdp stacked) or fsdp
+            return extension.full_state_dict()
     return jitted_module.state_dict()
 
 

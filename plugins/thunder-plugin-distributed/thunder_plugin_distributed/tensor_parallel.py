@@ -34,7 +34,15 @@ from torch import nn
 
 from thunder_core.extend import ConfigError, ModuleExtension
 from thunder_plugin_distributed.collectives import group_of, rank, register_group, world_size
-from thunder_plugin_distributed.common import broadcast_from_first_rank, claim_module, unique_tensors
+from thunder_plugin_distributed.common import (
+    broadcast_from_first_rank,
+    claim_module,
+    prepared_by,
+    record_extension,
+    set_data_parallel_group,
+    unique_tensors,
+)
+from thunder_plugin_distributed.fsdp import take_shard
 from thunder_plugin_distributed.teardown import release_at_exit
 from thunder_plugin_distributed.tp_collectives import (
     tp_all_gather_sequence,
@@ -128,7 +136,8 @@ def _take(param: nn.Parameter, part: torch.Tensor) -> None:
 
 
 class TensorParallelExtension(ModuleExtension):
-    """The ``tensor-parallel`` plugin's view of one jitted module: which layers are split."""
+    """The ``tensor-parallel`` plugin's view of one jitted module: which layers are split, over
+    which group, and (on a 2-D mesh) which ``fsdp`` or ``ddp`` works over the data dimension."""
 
     name = "tensor-parallel"
 
@@ -139,14 +148,31 @@ class TensorParallelExtension(ModuleExtension):
         layers: dict[str, nn.Linear],
         qkv: dict,
         summed: frozenset = frozenset(),
+        mesh=None,
     ):
         self.module = module
         self.group = group
         self.layers = layers  # module name -> ColumnParallelLinear | RowParallelLinear
         self.qkv = qkv  # module name of a litgpt qkv -> (n_head, n_query_groups, head_size) in full
         self.summed = summed  # parameters used on sequence-split activations: gradients summed
+        self.mesh = mesh  # the ("data", "tensor") DeviceMesh when the group is not every rank
+        self.data_size = 1 if mesh is None else mesh["data"].size()
+        self._meshes: dict[str, object] = {}
+        #: full parameter name -> (layer name, "weight" | "bias") of every split parameter
+        self.split = {
+            f"{layer_name}.{attr}": (layer_name, attr)
+            for layer_name, layer in layers.items()
+            for attr in ("weight", "bias")
+            if getattr(layer, attr) is not None
+        }
 
     def bind(self, names: list[str], proxies: list) -> list:
+        if self.data_size > 1 and len(prepared_by(self.module)) < 2:
+            raise ConfigError(
+                f"tensor-parallel: size={world_size(self.group)} of {dist.get_world_size()} ranks leaves a data "
+                f"dimension of {self.data_size} ranks that would train apart; add 'fsdp' or 'ddp' "
+                "after 'tensor-parallel' in plugins, or leave the option size at 0 (every rank)"
+            )
         if not self.summed:
             return proxies
         done: dict[int, object] = {}
@@ -162,16 +188,94 @@ class TensorParallelExtension(ModuleExtension):
         size = world_size(self.group)
         return {"tensor-parallel": f"{len(self.layers)} linear layers split over {size} ranks{sequence}"}
 
+    # -- state dicts: DTensors that torch.distributed.checkpoint saves and loads -----------------
+
+    def _fsdp(self):
+        return prepared_by(self.module).get("fsdp")
+
+    def _device_mesh(self, kind: str):
+        """The mesh of the tensor dimension (``"tensor"``), or of (tensor, data) for parameters
+        that ``fsdp`` also shards: the layer split first, its part sharded on dim 0 (``"2d"``)."""
+        if kind not in self._meshes:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            device = next(iter(self.module.parameters())).device.type
+            if kind == "2d":
+                self._meshes[kind] = DeviceMesh(
+                    device, self.mesh.mesh.transpose(0, 1).contiguous(), mesh_dim_names=("tensor", "data")
+                )
+            elif self.mesh is not None:
+                self._meshes[kind] = self.mesh["tensor"]
+            else:
+                self._meshes[kind] = DeviceMesh.from_group(group_of(self.group) or dist.group.WORLD, device)
+        return self._meshes[kind]
+
+    def _split_dim(self, name: str) -> int | None:
+        """The dimension along which ``name`` is split over the group (None: whole on every rank)."""
+        found = self.split.get(name)
+        if found is None:
+            return None
+        layer = self.layers[found[0]]
+        if isinstance(layer, RowParallelLinear):
+            return None if found[1] == "bias" else 1
+        return 0
+
+    def placed(self, name: str, local: torch.Tensor):
+        """``local`` (this rank's tensor of parameter ``name``, or optimizer state of its shape) as
+        a DTensor of the full shape; a tensor whole and the same on every rank stays plain."""
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        fsdp = self._fsdp()
+        shard = fsdp.sharded.get(name) if fsdp is not None else None
+        found = self.split.get(name)
+        if found is not None and found[0] in self.qkv:
+            # Split by heads (q, k and v parts of every rank): no DTensor placement says that.
+            full = self.full(name, local)
+            mesh = self._device_mesh("2d" if shard is not None else "tensor")
+            return DTensor.from_local(full, mesh, [Replicate()] * mesh.ndim, run_check=False)
+        dim = self._split_dim(name)
+        shape = list(shard.full_shape if shard is not None else local.shape)
+        if dim is not None:
+            shape[dim] *= world_size(self.group)
+        placement = Replicate() if dim is None else Shard(dim)
+        if shard is not None:
+            local, mesh, placements = (
+                local[: shard.valid_rows],
+                self._device_mesh("2d"),
+                [placement, Shard(0)],
+            )
+        elif dim is None:
+            return local
+        else:
+            mesh, placements = self._device_mesh("tensor"), [placement]
+        full = torch.Size(shape)
+        return DTensor.from_local(
+            local,
+            mesh,
+            placements,
+            run_check=False,
+            shape=full,
+            stride=torch.empty(full, device="meta").stride(),
+        )
+
     @torch.no_grad()
-    def _gather(self, name: str, layer: nn.Linear, attr: str) -> torch.Tensor:
-        local = getattr(layer, attr).detach().contiguous()
-        dim = 0 if isinstance(layer, ColumnParallelLinear) or attr == "bias" else 1
-        if isinstance(layer, RowParallelLinear) and attr == "bias":
-            return local.clone()  # whole on every rank
-        parts = [torch.empty_like(local) for _ in range(world_size(self.group))]
-        dist.all_gather(parts, local, group=group_of(self.group))
-        if name in self.qkv:  # each rank's q heads, then k groups, then v groups
-            n_head, groups, head_size = self.qkv[name]
+    def full(self, name: str, local: torch.Tensor) -> torch.Tensor:
+        """The whole tensor of parameter ``name`` from every rank's ``local`` (a collective)."""
+        fsdp = self._fsdp()
+        shard = fsdp.sharded.get(name) if fsdp is not None else None
+        if shard is not None:
+            local = fsdp.full_parameter(local, shard)
+        dim = self._split_dim(name)
+        if dim is None:
+            return local.detach().clone()
+        parts = [
+            torch.empty_like(local, memory_format=torch.contiguous_format)
+            for _ in range(world_size(self.group))
+        ]
+        dist.all_gather(parts, local.detach().contiguous(), group=group_of(self.group))
+        layer_name = self.split[name][0]
+        if layer_name in self.qkv:  # each rank's q heads, then k groups, then v groups
+            n_head, groups, head_size = self.qkv[layer_name]
             size = world_size(self.group)
             q_rows, kv_rows = n_head // size * head_size, groups // size * head_size
             qs = [p[:q_rows] for p in parts]
@@ -180,33 +284,62 @@ class TensorParallelExtension(ModuleExtension):
             return torch.cat([*qs, *ks, *vs], dim=0)
         return torch.cat(parts, dim=dim)
 
+    @torch.no_grad()
+    def local_of(self, name: str, value: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+        """What this rank holds of ``value`` (a DTensor, or the full tensor) for parameter ``name``,
+        whose tensor on this rank is ``held``."""
+        from torch.distributed.tensor import DTensor
+
+        full = value.full_tensor() if isinstance(value, DTensor) else value
+        found = self.split.get(name)
+        if found is not None:
+            layer_name, attr = found
+            layer = self.layers[layer_name]
+            expected = list(layer.tp_full_shape) if attr == "weight" else [layer.tp_full_shape[0]]
+            if list(full.shape) != expected:
+                raise ConfigError(
+                    f"tensor-parallel: {name!r} has shape {tuple(full.shape)}; expected the full shape "
+                    f"{tuple(expected)} or a DTensor from this module's state_dict()"
+                )
+            full = _part_of(
+                full, type(layer), attr, self.qkv.get(layer_name), world_size(self.group), rank(self.group)
+            )
+        fsdp = self._fsdp()
+        shard = fsdp.sharded.get(name) if fsdp is not None else None
+        if shard is not None:
+            full = take_shard(full.to(held.device), shard)
+        return full.to(dtype=held.dtype, device=held.device)
+
+    def _kept(self, name: str) -> bool:
+        fsdp = self._fsdp()
+        return name in self.split or (fsdp is not None and name in fsdp.sharded)
+
     def state_dict(self, module, *args, **kwargs) -> dict:
-        """Every split weight gathered to its full tensor (the same on every rank)."""
+        """Split (and sharded) parameters as DTensors of their full shape; litgpt's ``qkv``, split
+        by heads, as a replicated DTensor of the gathered tensor."""
         state = module.state_dict(*args, **kwargs)
         prefix = kwargs.get("prefix", "")
-        for name, layer in self.layers.items():
-            for attr in ("weight", "bias"):
-                key = f"{prefix}{name}.{attr}"
-                if key in state and getattr(layer, attr) is not None:
-                    state[key] = self._gather(name, layer, attr)
+        for key, value in state.items():
+            name = key[len(prefix) :]
+            if self._kept(name):
+                state[key] = self.placed(name, value.detach())
         return state
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every parameter gathered to its full tensor (on every rank)."""
+        return {
+            name: self.full(name, value) if self._kept(name) else value
+            for name, value in self.module.state_dict().items()
+        }
 
     @torch.no_grad()
     def load_state_dict(self, module, state_dict, strict: bool = True):
-        """Full tensors (as ``state_dict`` gives them): each rank takes its part."""
+        """DTensors (as ``state_dict`` gives them) or full tensors: each rank takes its part."""
+        held = dict(module.state_dict(keep_vars=True))
         converted = dict(state_dict)
-        for name, layer in self.layers.items():
-            for attr in ("weight", "bias"):
-                key = f"{name}.{attr}"
-                if key in state_dict and getattr(layer, attr) is not None:
-                    converted[key] = _part_of(
-                        state_dict[key],
-                        type(layer),
-                        attr,
-                        self.qkv.get(name),
-                        world_size(self.group),
-                        rank(self.group),
-                    )
+        for key, value in state_dict.items():
+            if self._kept(key) and key in held:
+                converted[key] = self.local_of(key, value, held[key])
         return module.load_state_dict(converted, strict=strict)
 
 
@@ -274,8 +407,8 @@ def _check_llama_heads(module: nn.Module, size: int) -> None:
 def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParallelExtension:
     """Split the chosen linear layers of ``module`` in place; see the module docstring."""
     claim_module(module, "tensor-parallel")
-    group = register_group(None)
     release_at_exit()
+    group, mesh = _tensor_group(module, options["size"])
     size, me = world_size(group), rank(group)
     column, row = _patterns(options["column"]), _patterns(options["row"])
     default = not column and not row
@@ -285,7 +418,7 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
         if plan is LLAMA:
             _check_llama_heads(module, size)
     if options["broadcast"]:
-        broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
+        broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), None)
     layers: dict[str, nn.Linear] = {}
     qkv: dict[str, tuple] = {}
     configs: dict[int, object] = {}
@@ -321,7 +454,28 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
         summed = frozenset()
         if default:  # attention and MLP modules read their input only through these layers
             _enter_at_owners(module, layers, tp_copy, group)
-    return TensorParallelExtension(module, group, layers, qkv, summed)
+    extension = TensorParallelExtension(module, group, layers, qkv, summed, mesh)
+    record_extension(module, "tensor-parallel", extension)
+    return extension
+
+
+def _tensor_group(module: nn.Module, size: int):
+    """The group key of the tensor dimension and, when it is not every rank, the (data, tensor)
+    mesh: consecutive ranks form a tensor-parallel group (as ``init_device_mesh`` lays them out)."""
+    world = dist.get_world_size()
+    if size in (0, world):
+        return register_group(None), None
+    if size < 0 or world % size:
+        raise ConfigError(
+            f"tensor-parallel: option size={size} does not divide the {world} ranks; give a divisor of {world} "
+            "(0: every rank)"
+        )
+    from torch.distributed.device_mesh import init_device_mesh
+
+    device = next(iter(module.parameters())).device.type
+    mesh = init_device_mesh(device, (world // size, size), mesh_dim_names=("data", "tensor"))
+    set_data_parallel_group(module, register_group(mesh["data"].get_group()))
+    return register_group(mesh["tensor"].get_group()), mesh
 
 
 def _blocks(module: nn.Module, layers: dict[str, nn.Linear]) -> tuple[str, nn.ModuleList]:

@@ -30,6 +30,13 @@ def thunder_core_declare_options(declare) -> None:
         "keep the activations between the blocks split along the sequence (needs the model's head named lm_head)",
     )
     declare(
+        "size",
+        int,
+        0,
+        "ranks per tensor-parallel group (0: every rank); with fewer, consecutive ranks split the layers and "
+        "fsdp or ddp, listed after tensor-parallel, work over the other dimension of the (data, tensor) mesh",
+    )
+    declare(
         "broadcast", bool, True, "split the first rank's parameters (every rank starts from the same model)"
     )
 
