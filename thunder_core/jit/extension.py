@@ -32,6 +32,13 @@ class ModuleExtension:
         same length with some replaced by the outputs of symbols called here."""
         return proxies
 
+    def inputs(self, names: list[str], tensors: list) -> list:
+        """The tensors the trace takes for the parameters and buffers (``names`` are their full
+        names), read on every call: ``tensors`` unchanged, or some replaced (a DTensor parameter
+        by its local tensor, through a differentiable ``to_local()``). ``bind`` then sees proxies
+        of what this returns."""
+        return tensors
+
     def cache_key(self) -> Hashable:
         """A value that is part of the cache key of every call (``None``: nothing)."""
         return None

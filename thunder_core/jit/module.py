@@ -106,10 +106,16 @@ class _ModuleState:
         return {id(m) for m in self._training}
 
     def tensors(self) -> list[torch.Tensor]:
-        return [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
+        """What the trace takes for the parameters and buffers (as the extensions' ``inputs`` give it)."""
+        tensors = [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
+        if self.extensions:
+            names = [name for *_, name in self.slots]
+            for extension in self.extensions:
+                tensors = extension.inputs(names, tensors)
+        return tensors
 
     def named_tensors(self) -> list[tuple[str, torch.Tensor]]:
-        return [(name, getattr(owner, kind)[attr]) for owner, kind, attr, name in self.slots]
+        return [(name, t) for (*_, name), t in zip(self.slots, self.tensors())]
 
     def key(self) -> tuple:
         training = tuple(m.training for m in self._training)
@@ -205,22 +211,52 @@ def _has_uninitialized_parameters(module: nn.Module) -> bool:
     )
 
 
-def _refuse_distributed_tensors(module: nn.Module) -> None:
-    """Parameters sharded by another wrapper (FSDP2's ``fully_shard`` makes them DTensors) are
-    gathered by that wrapper's hooks, which a trace cannot replay: say what composes instead."""
+#: The plugin a job adds to trace a module whose parameters are DTensors (thunder-plugin-distributed).
+DTENSOR_PLUGIN = "dtensor"
+
+
+def _distributed_tensor(module: nn.Module) -> str | None:
+    """The name of a DTensor parameter or buffer of ``module`` (``fully_shard``, ``parallelize_module``)."""
     tensor_module = sys.modules.get("torch.distributed.tensor")
     if tensor_module is None:  # never imported, so no DTensor exists (importing it costs ~2 s)
-        return
+        return None
     DTensor = tensor_module.DTensor
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         if isinstance(tensor, DTensor):
-            raise CaptureError(
-                f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard, split by "
-                "parallelize_module, or made by another torch.distributed wrapper), whose hooks gather or "
-                "redistribute it at run time; a trace cannot replay them. Ways out: jit each block before "
-                "sharding it (fully_shard(thunder_core.jit(block)), then fully_shard(model)), or jit the plain "
-                "model with plugins=['fsdp'] or plugins=['tensor-parallel'] (thunder-plugin-distributed)."
-            )
+            return name
+    return None
+
+
+def _with_dtensor_plugin(module: nn.Module, arguments: dict, job):
+    """A module whose parameters are DTensors is traced by the ``dtensor`` plugin: added to the
+    job's plugins when no plugin of the job transforms the module, if it is installed."""
+    name = _distributed_tensor(module)
+    if name is None or (job is not None and job.module_transforms):
+        return arguments, job
+    from thunder_core.plugins.manager import plugin_manager
+
+    if DTENSOR_PLUGIN not in plugin_manager().names():
+        raise CaptureError(
+            f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard or split by "
+            "parallelize_module); tracing DTensor parameters needs the 'dtensor' plugin of "
+            "thunder-plugin-distributed: pip install thunder-plugin-distributed. Or jit the plain model with "
+            "plugins=['fsdp'] or plugins=['tensor-parallel']."
+        )
+    plugins = [*(job.config.plugins if job is not None else ()), DTENSOR_PLUGIN]
+    arguments = {**arguments, "plugins": plugins}
+    return arguments, job_from_arguments(arguments)
+
+
+def _refuse_distributed_tensors(module: nn.Module) -> None:
+    """DTensor parameters with no plugin to trace them (a bound method, where module transforms
+    do not apply, or a module built without ``thunder_core.jit``'s job)."""
+    name = _distributed_tensor(module)
+    if name is not None:
+        raise CaptureError(
+            f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard or split by "
+            "parallelize_module). thunder_core.jit(model) traces DTensor parameters with the 'dtensor' plugin "
+            "of thunder-plugin-distributed; jit the module itself, not its bound method."
+        )
 
 
 def jit_method(method, arguments: dict, copying: bool = False) -> ThunderFunction:
@@ -272,11 +308,12 @@ class ThunderModule(nn.Module):
 
     def __init__(self, module: nn.Module, *, arguments: dict | None = None, **options):
         super().__init__()
-        _refuse_distributed_tensors(module)
+        job = options.get("job")
+        if job is None or not job.module_transforms:
+            _refuse_distributed_tensors(module)
         self._model = module
         self._options = options
         self._arguments = arguments  # thunder_core.jit's arguments, for pickling
-        job = options.get("job")
         extensions = []
         for transform, plugin_options, name in job.module_transforms if job is not None else ():
             try:
@@ -319,9 +356,8 @@ class ThunderModule(nn.Module):
     @staticmethod
     def from_arguments(module: nn.Module, arguments: dict, training: bool | None = None) -> ThunderModule:
         """``thunder_core.jit(module, **arguments)`` (also what unpickling calls)."""
-        jitted = ThunderModule(
-            module, job=job_from_arguments(arguments), arguments=arguments, **jit_options(arguments)
-        )
+        arguments, job = _with_dtensor_plugin(module, arguments, job_from_arguments(arguments))
+        jitted = ThunderModule(module, job=job, arguments=arguments, **jit_options(arguments))
         if training is not None:
             jitted.training = training
         return jitted
