@@ -21,6 +21,9 @@ SCENARIOS = [*MODELS, *(f"{m}_sequence" for m in MODELS)]
 # With thunder-plugin-checkpoint installed beside this package: the two plugins together.
 if importlib.util.find_spec("thunder_plugin_checkpoint") is not None:
     SCENARIOS.append("litgpt_checkpoint")
+#: PyTorch's parallelize_module, then thunder_core.jit (the dtensor plugin).
+PARALLELIZED = [f"{m}_parallelize_module" for m in MODELS]
+SCENARIOS += [*PARALLELIZED, "parallelize_module_refused"]
 #: On 4 ranks also a (2, 2) mesh: tensor-parallel over pairs of ranks, fsdp or ddp across them.
 MESH_2D = [f"{m}_fsdp_2d" for m in MODELS] + ["litgpt_ddp_2d", "litgpt_sequence_fsdp_2d"]
 #: On 2 ranks: a checkpoint saved under tensor-parallel, loaded under fsdp (and by one process).
@@ -72,7 +75,10 @@ def references() -> dict:
     return {name: worker.reference(builds[name]) for name in MODELS}
 
 
-@pytest.mark.parametrize("scenario", [*SCENARIOS, *MESH_2D, *LAYOUTS])
+TRAINED = [s for s in SCENARIOS if s not in PARALLELIZED and s != "parallelize_module_refused"]
+
+
+@pytest.mark.parametrize("scenario", [*TRAINED, *MESH_2D, *LAYOUTS])
 def test_tensor_parallel_training_equals_one_eager_process(runs, references, scenario):
     ranks, results = runs
     if scenario not in results:
@@ -89,7 +95,8 @@ def test_tensor_parallel_training_equals_one_eager_process(runs, references, sce
     _assert_same_parameters(result["params"], reference["params"])
     # One all-reduce after each row-parallel layer in the forward and one before each column-parallel
     # group in the backward: the collectives are in the traces.
-    assert result["collectives"]["tp_copy"] > 0 and result["collectives"]["tp_all_reduce"] > 0
+    assert result["collectives"]["tp_copy"] > 0
+    assert result["collectives"]["tp_all_reduce"] + result["collectives"]["tp_all_reduce_start"] > 0
     if scenario.endswith("_sequence"):
         assert result["collectives"]["tp_all_gather_sequence"] > 0
         assert result["collectives"]["tp_reduce_scatter_sequence"] > 0
@@ -112,7 +119,54 @@ def test_sequence_parallel_blocks_hold_their_part_of_the_sequence(runs, model):
     assert split["saved_by_blocks"] < whole["saved_by_blocks"]  # and what it keeps for the backward
 
 
-@pytest.mark.parametrize("scenario", [*SCENARIOS, *MESH_2D])
+@pytest.mark.parametrize("scenario", PARALLELIZED)
+def test_jit_of_a_parallelize_module_model_trains_as_one_process(runs, references, scenario):
+    """PyTorch's ColwiseParallel/RowwiseParallel layers, traced by the dtensor plugin (chosen by
+    jit itself): eager's losses and parameters, the collectives in the traces, each rank holding
+    its part of the split weights."""
+    ranks, results = runs
+    result, reference = results[scenario], references[scenario.split("_")[0]]
+    torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(reference["losses"]), **TOLERANCE)
+    _assert_same_parameters(result["params"], reference["params"])
+    assert result["extensions"] == ["dtensor"]
+    assert result["collectives"]["tp_copy"] > 0
+    assert result["collectives"]["tp_all_reduce"] + result["collectives"]["tp_all_reduce_start"] > 0
+    split = [name for name, full in result["full_shapes"].items() if result["local_shapes"][0][name] != full]
+    assert len(split) >= 6  # litgpt's 3 MLP layers or Llama's 7 projections, in both blocks
+    for name in split:
+        for shapes in result["local_shapes"]:
+            local, full = shapes[name], result["full_shapes"][name]
+            assert sorted(a * ranks if a != b else a for a, b in zip(local, full)) == sorted(full)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_all_reduces_are_started_early_and_overlap_the_backward(runs, model):
+    """In each block's backward, the sum of an input gradient over the group is issued as soon as
+    it exists and waited where it is first needed, with compute in between."""
+    ranks, results = runs
+    for ops in results[model]["block_backward_ops"]:
+        assert "tp_all_reduce" not in ops  # every one split into start and wait
+        pending, overlapped = False, False
+        for op in ops:
+            if op == "tp_all_reduce_start":
+                pending = True
+            elif op == "tp_all_reduce_wait":
+                pending = False
+            elif pending and op != "del":
+                overlapped = True
+        assert ops.count("tp_all_reduce_start") >= 2 and overlapped, ops
+
+
+def test_parallelize_module_layouts_not_traced_are_refused_clearly(runs):
+    ranks, results = runs
+    errors = results["parallelize_module_refused"]
+    assert "SequenceParallel" in errors["sequence_parallel_norm"]
+    assert "ColwiseParallel" in errors["colwise_replicated_output"]
+    for error in errors.values():
+        assert "plugins=['tensor-parallel']" in error  # what composes instead
+
+
+@pytest.mark.parametrize("scenario", [*TRAINED, *MESH_2D])
 def test_each_rank_holds_its_share_of_the_split_layers(runs, scenario):
     ranks, results = runs
     if scenario not in results:

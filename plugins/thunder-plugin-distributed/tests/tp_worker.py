@@ -131,11 +131,16 @@ def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False, 
         "full_shapes": full,
         "local_shapes": held,  # one dict per rank
         "elements": (elements, sum(p.numel() for p in model.parameters())),
+        "block_backward_ops": [
+            [b.symbol.name for b in block.backward_traces[-1].bound_symbols]
+            for block in thunder_core.last_blocks(jitted)
+        ],
         "collectives": {
             name: names.count(name)
             for name in (
                 "tp_copy",
                 "tp_all_reduce",
+                "tp_all_reduce_start",
                 "tp_all_gather_sequence",
                 "tp_reduce_scatter_sequence",
                 "tp_split_sequence",
@@ -187,6 +192,96 @@ def scenario_litgpt_sequence_fsdp_2d() -> dict:
     return _scenario(build_litgpt, sequence_parallel=True, data="fsdp")
 
 
+def _parallelized(build, plan: dict) -> dict:
+    """PyTorch's own tensor parallelism (parallelize_module) on a model, then thunder_core.jit of
+    it: the dtensor plugin traces the DTensor parameters."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    model = build()
+    full = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    parallelize_module(model, mesh, plan)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    jitted = thunder_core.jit(model)
+    losses = train(jitted, optimizer=optimizer)
+    mine = {
+        k: tuple(p.to_local().shape) if hasattr(p, "to_local") else tuple(p.shape)
+        for k, p in model.named_parameters()
+    }
+    held: list = [None] * dist.get_world_size()
+    dist.all_gather_object(held, mine)
+    names = [
+        b.symbol.name
+        for t in (*thunder_core.last_traces(jitted), *thunder_core.last_backward_traces(jitted))
+        for b in t.bound_symbols
+    ]
+    names += [
+        b.symbol.name for block in thunder_core.last_blocks(jitted) for t in (*block.traces, *block.backward_traces)
+        for b in t.bound_symbols
+    ]  # fmt: skip
+    params = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    return {
+        "losses": losses,
+        "params": params,
+        "extensions": [e.name for e in jitted.extensions],
+        "full_shapes": full,
+        "local_shapes": held,
+        "collectives": {
+            name: names.count(name) for name in ("tp_copy", "tp_all_reduce", "tp_all_reduce_start")
+        },
+    }
+
+
+def scenario_llama_parallelize_module() -> dict:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {
+        **{f"model.layers.*.self_attn.{p}_proj": ColwiseParallel() for p in "qkv"},
+        "model.layers.*.self_attn.o_proj": RowwiseParallel(),
+        "model.layers.*.mlp.gate_proj": ColwiseParallel(),
+        "model.layers.*.mlp.up_proj": ColwiseParallel(),
+        "model.layers.*.mlp.down_proj": RowwiseParallel(),
+    }
+    return _parallelized(build_llama, plan)
+
+
+def scenario_litgpt_parallelize_module() -> dict:
+    """litgpt's MLPs (its fused qkv is laid out by heads, which no ParallelStyle splits)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {
+        "transformer.h.*.mlp.fc_1": ColwiseParallel(),
+        "transformer.h.*.mlp.fc_2": ColwiseParallel(),
+        "transformer.h.*.mlp.proj": RowwiseParallel(),
+    }
+    return _parallelized(build_litgpt, plan)
+
+
+def scenario_parallelize_module_refused() -> dict:
+    """Layouts the dtensor plugin does not trace: a clear error each, before anything runs."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    errors = {}
+    for label, plan in {
+        "sequence_parallel_norm": {"transformer.h.0.norm_1": SequenceParallel()},
+        "colwise_replicated_output": {
+            "transformer.h.0.mlp.fc_1": ColwiseParallel(output_layouts=Replicate())
+        },
+    }.items():
+        model = build_litgpt()
+        parallelize_module(model, mesh, plan)
+        try:
+            thunder_core.jit(model)
+            errors[label] = None
+        except thunder_core.ThunderCoreError as error:
+            errors[label] = str(error)
+    return errors
+
+
 SAVED_AFTER = 3  # steps trained before the checkpoint is written
 
 
@@ -224,6 +319,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     try:
         for name in names:
+            print(f"rank {dist.get_rank()}: {name}", flush=True)
             result = globals()[f"scenario_{name}"]()
             if dist.get_rank() == 0:
                 torch.save(result, os.path.join(out, f"{name}-{dist.get_world_size()}.pt"))

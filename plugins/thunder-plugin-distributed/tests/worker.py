@@ -359,7 +359,9 @@ def scenario_jit_of_fully_shard() -> dict:
     optimizer.zero_grad()
     return {
         "losses": losses,
-        "params": {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()},
+        "params": {
+            k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()
+        },
         "extensions": [e.name for e in jitted.extensions],
         "collectives": {
             "forward": [b.symbol.name for b in forward.bound_symbols],

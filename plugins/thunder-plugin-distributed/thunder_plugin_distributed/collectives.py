@@ -251,5 +251,9 @@ GATHERS = {
     ),
 }
 
-STARTS = frozenset({"ddp_all_reduce_start", "fsdp_all_gather_start", "fsdp_reduce_scatter_start"})
-WAITS = frozenset({"ddp_all_reduce_wait", "fsdp_all_gather_wait", "fsdp_reduce_scatter_wait"})
+STARTS = frozenset(
+    {"ddp_all_reduce_start", "fsdp_all_gather_start", "fsdp_reduce_scatter_start", "tp_all_reduce_start"}
+)
+WAITS = frozenset(
+    {"ddp_all_reduce_wait", "fsdp_all_gather_wait", "fsdp_reduce_scatter_wait", "tp_all_reduce_wait"}
+)

@@ -67,6 +67,7 @@ def _detach_parallel_styles(module: nn.Module) -> dict[str, type]:
     """Remove ``parallelize_module``'s hooks; {module name: ColumnParallelLinear | RowParallelLinear}."""
     defaults = _default_layouts()
     kinds: dict[str, type] = {}
+    removals = []
     for name, child in module.named_modules():
         styles = []
         for table in (child._forward_pre_hooks, child._forward_hooks):
@@ -82,10 +83,7 @@ def _detach_parallel_styles(module: nn.Module) -> dict[str, type]:
                         f"with their default layouts on nn.Linear layers. Otherwise {_REFUGE}."
                     )
                 styles.append(qualname.split(".")[0])
-                del table[key]
-                child._forward_hooks_with_kwargs.pop(key, None)
-                child._forward_pre_hooks_with_kwargs.pop(key, None)
-                child._forward_hooks_always_called.pop(key, None)
+                removals.append((child, table, key))
         if styles:
             if type(child) is not nn.Linear:
                 raise ConfigError(
@@ -93,6 +91,11 @@ def _detach_parallel_styles(module: nn.Module) -> dict[str, type]:
                     f"parallelize_module model takes nn.Linear layers only. Otherwise {_REFUGE}."
                 )
             kinds[name] = ColumnParallelLinear if styles[0] == "ColwiseParallel" else RowParallelLinear
+    for child, table, key in removals:  # every layer checked first: a refused model keeps its hooks
+        del table[key]
+        child._forward_hooks_with_kwargs.pop(key, None)
+        child._forward_pre_hooks_with_kwargs.pop(key, None)
+        child._forward_hooks_always_called.pop(key, None)
     return kinds
 
 
@@ -170,8 +173,8 @@ def dtensor_transform(module: nn.Module, options: dict) -> DTensorExtension:
 
     claim_module(module, "dtensor")
     release_at_exit()
-    managed = _detach_fully_shard(module)
     kinds = _detach_parallel_styles(module)
+    managed = _detach_fully_shard(module)
     modules = dict(module.named_modules())
     sharded: dict[str, tuple[ShardInfo, int]] = {}
     local = set()

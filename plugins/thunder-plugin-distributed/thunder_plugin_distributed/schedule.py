@@ -3,7 +3,8 @@
 A pass at the ``after_executors`` stage, so it sees the trace in its final order (fusion
 regions formed). It
 
-1. splits each ``fsdp_all_gather`` into ``fsdp_all_gather_start`` / ``fsdp_all_gather_wait``;
+1. splits each ``fsdp_all_gather`` into ``fsdp_all_gather_start`` / ``fsdp_all_gather_wait``,
+   and each ``tp_all_reduce`` (tensor parallelism) into ``tp_all_reduce_start`` / ``_wait``;
 2. merges the gradient all-reduces of ``ddp`` into buckets of up to ``bucket_size_mb``
    (0: one per gradient; the first bucket at most 1 MiB, as DistributedDataParallel's), in the
    order the backward produces the gradients;
@@ -28,6 +29,7 @@ from thunder_plugin_distributed.collectives import (
     fsdp_all_gather_start,
     fsdp_all_gather_wait,
 )
+from thunder_plugin_distributed.tp_collectives import tp_all_reduce_start, tp_all_reduce_wait
 
 TORCH = "torch"
 REDUCE_SCATTERS_IN_FLIGHT = 2
@@ -65,6 +67,13 @@ def _unique(base: str, taken: set[str]) -> str:
 def _split_gathers(bsyms: list[BoundSymbol], taken: set[str]) -> list[BoundSymbol]:
     out = []
     for b in bsyms:
+        if b.symbol.name == "tp_all_reduce":
+            x, group = b.args
+            handle = ObjectProxy(_unique(f"{b.output.name}_summing", taken))
+            out.append(BoundSymbol(tp_all_reduce_start, (x, group), {}, handle, executor=TORCH))
+            wait_args = (handle, tuple(x.shape), x.dtype, x.device)
+            out.append(BoundSymbol(tp_all_reduce_wait, wait_args, {}, b.output, executor=TORCH))
+            continue
         if b.symbol.name not in GATHERS:
             out.append(b)
             continue
@@ -177,6 +186,39 @@ def _bound_in_flight(pairs: list[_Pair]) -> None:
         pair.wait_gap = max(pair.start_gap, min(pair.wait_gap, later.start_gap))
 
 
+def _after_their_inputs(pairs: list[_Pair]) -> None:
+    """A collective that takes another one's result (tensor parallelism's sum of a gradient that
+    fsdp reduce-scattered) starts no earlier than that result is waited for."""
+    producers = {p.name: pair for pair in pairs for p in pair.wait.flat_outputs()}
+    changed = True
+    while changed:
+        changed = False
+        for pair in pairs:
+            for arg in pair.start.flat_args():
+                producer = producers.get(arg.name)
+                if producer is not None and producer is not pair and pair.start_gap < producer.wait_gap:
+                    pair.start_gap, changed = producer.wait_gap, True
+            if pair.wait_gap < pair.start_gap:
+                pair.wait_gap, changed = pair.start_gap, True
+
+
+def _in_dependency_order(items: list[BoundSymbol]) -> list[BoundSymbol]:
+    """``items`` (the collectives placed in one gap, in the preferred order), each after those
+    of them whose results it takes."""
+    made_here = {p.name for b in items for p in b.flat_outputs()}
+    defined: set[str] = set()
+    out, remaining = [], list(items)
+    while remaining:
+        for i, b in enumerate(remaining):
+            if {a.name for a in b.flat_args()} & made_here <= defined:
+                out.append(remaining.pop(i))
+                defined.update(p.name for p in b.flat_outputs())
+                break
+        else:
+            raise ValueError(f"collectives that wait on each other: {[b.symbol.name for b in remaining]}")
+    return out
+
+
 def _emit(pairs: list[_Pair], compute: list[BoundSymbol]) -> list[BoundSymbol]:
     at_gap: dict[int, list] = {}
     for pair in pairs:
@@ -185,7 +227,8 @@ def _emit(pairs: list[_Pair], compute: list[BoundSymbol]) -> list[BoundSymbol]:
         at_gap.setdefault(pair.wait_gap, []).append((waits_first, pair.order, pair.wait))
     out = []
     for gap in range(len(compute) + 1):
-        out += [b for *_, b in sorted(at_gap.get(gap, ()), key=lambda item: item[:2])]
+        placed = [b for *_, b in sorted(at_gap.get(gap, ()), key=lambda item: item[:2])]
+        out += _in_dependency_order(placed)
         if gap < len(compute):
             out.append(compute[gap])
     return out
@@ -194,7 +237,7 @@ def _emit(pairs: list[_Pair], compute: list[BoundSymbol]) -> list[BoundSymbol]:
 def schedule_collectives(trace: Trace, options: dict) -> Trace:
     """The pass (see the module docstring); a trace without collectives is returned as it is."""
     names = {b.symbol.name for b in trace.bound_symbols}
-    if not names & (set(GATHERS) | STARTS):
+    if not names & (set(GATHERS) | STARTS | {"tp_all_reduce"}):
         return trace
     bsyms = _split_gathers(trace.bound_symbols, _names(trace))
     pairs, compute = _pairs(bsyms)
@@ -202,6 +245,7 @@ def schedule_collectives(trace: Trace, options: dict) -> Trace:
     pairs = _bucketed(pairs, int(options.get("bucket_size_mb", 0) * 2**20))
     _place(pairs, compute)
     _bound_in_flight(pairs)
+    _after_their_inputs(pairs)
     return trace.with_bound_symbols(_emit(pairs, compute))
 
 

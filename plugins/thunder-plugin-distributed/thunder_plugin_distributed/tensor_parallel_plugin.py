@@ -46,3 +46,10 @@ def thunder_core_register_module_transform(register) -> None:
     from thunder_plugin_distributed.tensor_parallel import tensor_parallel_transform
 
     register(tensor_parallel_transform, name="tensor-parallel")
+
+
+@hookimpl
+def thunder_core_register_passes(register) -> None:
+    from thunder_plugin_distributed.schedule import schedule_collectives
+
+    register("after_executors", schedule_collectives, name="schedule collectives")

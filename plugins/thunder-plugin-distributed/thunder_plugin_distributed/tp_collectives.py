@@ -9,9 +9,12 @@ Megatron-LM's two conjugate operators on the activations of a tensor-parallel gr
   layer's partial results meet; the identity in the backward (the gradient of the sum, replicated
   on every rank, is each part's gradient).
 
-Both run synchronously on torch.distributed (the group by its ``register_group`` key). Called
-outside a trace (a tensor-parallel module run eagerly), they are ``torch.autograd.Function``s
-with the same gradients, so eager training of the transformed module is right too.
+Called outside a trace (a tensor-parallel module run eagerly), they are
+``torch.autograd.Function``s with the same gradients, so eager training of the transformed
+module is right too. In an executed trace the schedule pass (``schedule.schedule_collectives``)
+splits each ``tp_all_reduce`` into ``tp_all_reduce_start`` (issued with ``async_op=True`` as soon
+as its input exists) and ``tp_all_reduce_wait`` (right before the first use of the sum), so the
+sum of the input gradients in the backward overlaps the weight gradients' matmuls.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from thunder_core.extend import Symbol, new_tensor_proxy
-from thunder_plugin_distributed.collectives import group_of, rank, world_size
+from thunder_core.extend import Symbol, new_object_proxy, new_tensor_proxy
+from thunder_plugin_distributed.collectives import Pending, group_of, rank, world_size
 
 
 def _like(x):
@@ -83,6 +86,31 @@ def _all_reduce_vjp(x, group: int):
 tp_copy = Symbol("tp_copy", _copy_impl, "tp_copy", meta=lambda x, group: _like(x), vjp=_copy_vjp)
 tp_all_reduce = Symbol(
     "tp_all_reduce", _all_reduce_impl, "tp_all_reduce", meta=lambda x, group: _like(x), vjp=_all_reduce_vjp
+)
+
+
+def _all_reduce_start_impl(x: torch.Tensor, group: int) -> Pending:
+    buffer = x.detach().contiguous().clone()
+    work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=group_of(group), async_op=True)
+    return Pending(work, buffer)
+
+
+def _all_reduce_wait_impl(pending: Pending, shape: tuple, dtype, device) -> torch.Tensor:
+    pending.work.wait()
+    return pending.result
+
+
+tp_all_reduce_start = Symbol(
+    "tp_all_reduce_start",
+    _all_reduce_start_impl,
+    "tp_all_reduce_start",
+    meta=lambda x, group: new_object_proxy(),
+)
+tp_all_reduce_wait = Symbol(
+    "tp_all_reduce_wait",
+    _all_reduce_wait_impl,
+    "tp_all_reduce_wait",
+    meta=lambda pending, shape, dtype, device: new_tensor_proxy(shape, dtype, device),
 )
 
 
