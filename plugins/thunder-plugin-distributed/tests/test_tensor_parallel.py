@@ -23,9 +23,13 @@ if importlib.util.find_spec("thunder_plugin_checkpoint") is not None:
     SCENARIOS.append("litgpt_checkpoint")
 #: PyTorch's parallelize_module, then thunder_core.jit (the dtensor plugin).
 PARALLELIZED = [f"{m}_parallelize_module" for m in MODELS]
-SCENARIOS += [*PARALLELIZED, "parallelize_module_refused"]
+#: PyTorch's FSDP2 (fully_shard), then thunder_core.jit (the dtensor plugin).
+FULLY_SHARDED = [f"{m}_fully_shard" for m in MODELS]
+SCENARIOS += [*PARALLELIZED, *FULLY_SHARDED, "parallelize_module_refused", "stacks_refused"]
 #: On 4 ranks also a (2, 2) mesh: tensor-parallel over pairs of ranks, fsdp or ddp across them.
 MESH_2D = [f"{m}_fsdp_2d" for m in MODELS] + ["litgpt_ddp_2d", "litgpt_sequence_fsdp_2d"]
+if "llama" in MODELS:  # the user's own 2-D DeviceMesh, given as the option mesh
+    MESH_2D.append("llama_fsdp_2d_given_mesh")
 #: On 2 ranks: a checkpoint saved under tensor-parallel, loaded under fsdp (and by one process).
 LAYOUTS = ["dcp_to_fsdp"]
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
@@ -75,7 +79,7 @@ def references() -> dict:
     return {name: worker.reference(builds[name]) for name in MODELS}
 
 
-TRAINED = [s for s in SCENARIOS if s not in PARALLELIZED and s != "parallelize_module_refused"]
+TRAINED = [s for s in SCENARIOS if s not in PARALLELIZED + FULLY_SHARDED and not s.endswith("_refused")]
 
 
 @pytest.mark.parametrize("scenario", [*TRAINED, *MESH_2D, *LAYOUTS])
@@ -155,6 +159,31 @@ def test_all_reduces_are_started_early_and_overlap_the_backward(runs, model):
             elif pending and op != "del":
                 overlapped = True
         assert ops.count("tp_all_reduce_start") >= 2 and overlapped, ops
+
+
+@pytest.mark.parametrize("scenario", FULLY_SHARDED)
+def test_jit_of_a_fully_shard_model_trains_as_one_process(runs, references, scenario):
+    """FSDP2's DTensor parameters traced by the dtensor plugin: eager's losses and parameters,
+    the gathers in the traces, each rank holding 1/N of every parameter (padding aside)."""
+    ranks, results = runs
+    result, reference = results[scenario], references[scenario.split("_")[0]]
+    torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(reference["losses"]), **TOLERANCE)
+    _assert_same_parameters(result["params"], reference["params"])
+    assert result["extensions"] == ["dtensor"]
+    assert result["collectives"]["fsdp_all_gather_again"] > 0
+    for name, full in result["full_shapes"].items():
+        for shapes in result["local_shapes"]:
+            assert shapes[name][1:] == full[1:] and shapes[name][0] <= -(-full[0] // ranks), (
+                name,
+                shapes[name],
+            )
+
+
+def test_plugin_stacks_that_cannot_work_are_refused_clearly(runs):
+    ranks, results = runs
+    errors = results["stacks_refused"]
+    assert "list 'tensor-parallel' before 'fsdp'" in errors["fsdp_first"]
+    assert "option size" in errors["no_data_dimension"]
 
 
 def test_parallelize_module_layouts_not_traced_are_refused_clearly(runs):

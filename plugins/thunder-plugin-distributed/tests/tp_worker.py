@@ -90,7 +90,9 @@ def _saved_by_blocks(jitted) -> tuple[list, int]:
     return shapes, saved
 
 
-def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False, data: str = "") -> dict:
+def _scenario(
+    build, sequence_parallel: bool = False, checkpoint: bool = False, data: str = "", given_mesh: bool = False
+) -> dict:
     """``data``: "fsdp" or "ddp" over the data dimension of a (world/2, 2) mesh, each data-parallel
     rank training on its rows of the global batch."""
     model = build()
@@ -101,8 +103,16 @@ def _scenario(build, sequence_parallel: bool = False, checkpoint: bool = False, 
     rows = slice(None)
     if data:
         plugins.append(data)
-        options["tensor-parallel"]["size"] = 2
-        data_size, data_rank = dist.get_world_size() // 2, dist.get_rank() // 2
+        if given_mesh:  # the user's own DeviceMesh, dimensions in the other order
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("tensor", "data"))
+            options["tensor-parallel"]["mesh"] = mesh
+            # rank = tensor * data_size + data here: the data rank is the rank modulo data_size
+        else:
+            options["tensor-parallel"]["size"] = 2
+        data_size = dist.get_world_size() // 2
+        data_rank = dist.get_rank() % data_size if given_mesh else dist.get_rank() // 2
         rows = slice(data_rank * BATCH // data_size, (data_rank + 1) * BATCH // data_size)
     if checkpoint:  # activation checkpointing of every block (thunder-plugin-checkpoint)
         plugins.append("checkpoint")
@@ -184,6 +194,25 @@ def scenario_llama_fsdp_2d() -> dict:
     return _scenario(build_llama, data="fsdp")
 
 
+def scenario_llama_fsdp_2d_given_mesh() -> dict:
+    return _scenario(build_llama, data="fsdp", given_mesh=True)
+
+
+def scenario_stacks_refused() -> dict:
+    """Stacks of plugins that cannot work: a clear error each."""
+    errors = {}
+    for label, plugins, options in [
+        ("fsdp_first", ["fsdp", "tensor-parallel"], {}),
+        ("no_data_dimension", ["tensor-parallel", "fsdp"], {}),
+    ]:
+        try:
+            thunder_core.jit(build_litgpt(), plugins=plugins, options=options)
+            errors[label] = None
+        except thunder_core.ThunderCoreError as error:
+            errors[label] = str(error)
+    return errors
+
+
 def scenario_litgpt_ddp_2d() -> dict:
     return _scenario(build_litgpt, data="ddp")
 
@@ -195,13 +224,31 @@ def scenario_litgpt_sequence_fsdp_2d() -> dict:
 def _parallelized(build, plan: dict) -> dict:
     """PyTorch's own tensor parallelism (parallelize_module) on a model, then thunder_core.jit of
     it: the dtensor plugin traces the DTensor parameters."""
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
+
+    return _sharded_by_pytorch(build, lambda model, mesh: parallelize_module(model, mesh, plan))
+
+
+def _fully_sharded(build, blocks) -> dict:
+    """FSDP2 (fully_shard of each block, then of the root), then thunder_core.jit; every rank
+    trains on the same batch (the averaged gradient is then the one-process gradient)."""
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(model, mesh):
+        for block in blocks(model):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+
+    return _sharded_by_pytorch(build, shard)
+
+
+def _sharded_by_pytorch(build, shard) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
 
     model = build()
     full = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    parallelize_module(model, mesh, plan)
+    shard(model, mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     jitted = thunder_core.jit(model)
     losses = train(jitted, optimizer=optimizer)
@@ -228,7 +275,8 @@ def _parallelized(build, plan: dict) -> dict:
         "full_shapes": full,
         "local_shapes": held,
         "collectives": {
-            name: names.count(name) for name in ("tp_copy", "tp_all_reduce", "tp_all_reduce_start")
+            name: names.count(name)
+            for name in ("tp_copy", "tp_all_reduce", "tp_all_reduce_start", "fsdp_all_gather_again")
         },
     }
 
@@ -256,6 +304,14 @@ def scenario_litgpt_parallelize_module() -> dict:
         "transformer.h.*.mlp.proj": RowwiseParallel(),
     }
     return _parallelized(build_litgpt, plan)
+
+
+def scenario_litgpt_fully_shard() -> dict:
+    return _fully_sharded(build_litgpt, lambda model: model.transformer.h)
+
+
+def scenario_llama_fully_shard() -> dict:
+    return _fully_sharded(build_llama, lambda model: model.model.layers)
 
 
 def scenario_parallelize_module_refused() -> dict:

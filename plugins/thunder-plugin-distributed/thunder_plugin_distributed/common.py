@@ -72,7 +72,15 @@ def data_parallel_group(module: nn.Module) -> int:
     """The group key over which ddp and fsdp work on ``module``: every rank, or the data dimension
     of the mesh a ``tensor-parallel`` plugin with ``size`` below the world size made."""
     found = _DATA_GROUPS.get(module)
-    return found if found is not None else register_group(None)
+    if found is not None:
+        return found
+    if "tensor-parallel" in _PREPARED.get(module, {}):
+        raise ConfigError(
+            "tensor-parallel splits the layers over a group with no data dimension beside it, so there is "
+            "nothing for ddp or fsdp to work over; give tensor-parallel the option size (ranks per "
+            "tensor-parallel group, a divisor of the world size) or a 2-D mesh named ('data', 'tensor')"
+        )
+    return register_group(None)
 
 
 @torch.no_grad()

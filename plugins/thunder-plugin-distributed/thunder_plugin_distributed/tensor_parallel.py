@@ -201,8 +201,9 @@ class TensorParallelExtension(ModuleExtension):
 
             device = next(iter(self.module.parameters())).device.type
             if kind == "2d":
+                order = [self.mesh.mesh_dim_names.index("tensor"), self.mesh.mesh_dim_names.index("data")]
                 self._meshes[kind] = DeviceMesh(
-                    device, self.mesh.mesh.transpose(0, 1).contiguous(), mesh_dim_names=("tensor", "data")
+                    device, self.mesh.mesh.permute(order).contiguous(), mesh_dim_names=("tensor", "data")
                 )
             elif self.mesh is not None:
                 self._meshes[kind] = self.mesh["tensor"]
@@ -408,7 +409,7 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
     """Split the chosen linear layers of ``module`` in place; see the module docstring."""
     claim_module(module, "tensor-parallel")
     release_at_exit()
-    group, mesh = _tensor_group(module, options["size"])
+    group, mesh = _tensor_group(module, options["size"], options["mesh"])
     size, me = world_size(group), rank(group)
     column, row = _patterns(options["column"]), _patterns(options["row"])
     default = not column and not row
@@ -418,7 +419,8 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
         if plan is LLAMA:
             _check_llama_heads(module, size)
     if options["broadcast"]:
-        broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), None)
+        # Within the tensor-parallel group; fsdp or ddp then broadcast the parts over the data one.
+        broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
     layers: dict[str, nn.Linear] = {}
     qkv: dict[str, tuple] = {}
     configs: dict[int, object] = {}
@@ -459,9 +461,13 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
     return extension
 
 
-def _tensor_group(module: nn.Module, size: int):
-    """The group key of the tensor dimension and, when it is not every rank, the (data, tensor)
-    mesh: consecutive ranks form a tensor-parallel group (as ``init_device_mesh`` lays them out)."""
+def _tensor_group(module: nn.Module, size: int, given=None):
+    """The group key of the tensor dimension and, on a 2-D mesh, the mesh (dimensions named
+    ``"data"`` and ``"tensor"``). ``given``: the user's 1-D or 2-D DeviceMesh or process group;
+    else ``size`` consecutive ranks form a tensor-parallel group (as ``init_device_mesh`` lays
+    them out), every rank with ``size`` 0."""
+    if given is not None:
+        return _given_group(module, given)
     world = dist.get_world_size()
     if size in (0, world):
         return register_group(None), None
@@ -476,6 +482,26 @@ def _tensor_group(module: nn.Module, size: int):
     mesh = init_device_mesh(device, (world // size, size), mesh_dim_names=("data", "tensor"))
     set_data_parallel_group(module, register_group(mesh["data"].get_group()))
     return register_group(mesh["tensor"].get_group()), mesh
+
+
+def _given_group(module: nn.Module, given):
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if isinstance(given, dist.ProcessGroup):
+        return register_group(given), None
+    if isinstance(given, DeviceMesh) and given.ndim == 1:
+        return register_group(given.get_group()), None
+    if (
+        isinstance(given, DeviceMesh)
+        and given.ndim == 2
+        and set(given.mesh_dim_names or ()) == {"data", "tensor"}
+    ):
+        set_data_parallel_group(module, register_group(given["data"].get_group()))
+        return register_group(given["tensor"].get_group()), given
+    raise ConfigError(
+        f"tensor-parallel: option mesh is {given!r}; give a torch.distributed ProcessGroup, a 1-D DeviceMesh "
+        "(the ranks that split the layers), or a 2-D DeviceMesh with mesh_dim_names ('data', 'tensor')"
+    )
 
 
 def _blocks(module: nn.Module, layers: dict[str, nn.Linear]) -> tuple[str, nn.ModuleList]:

@@ -37,6 +37,13 @@ def thunder_core_declare_options(declare) -> None:
         "fsdp or ddp, listed after tensor-parallel, work over the other dimension of the (data, tensor) mesh",
     )
     declare(
+        "mesh",
+        object,
+        None,
+        "from the Python API, in place of size: a ProcessGroup or 1-D DeviceMesh of the ranks that split the "
+        "layers, or a 2-D DeviceMesh with mesh_dim_names ('data', 'tensor')",
+    )
+    declare(
         "broadcast", bool, True, "split the first rank's parameters (every rank starts from the same model)"
     )
 
