@@ -16,6 +16,9 @@ the projections; the qkv rows ordered so that each rank's part holds its heads, 
 given the per-rank head counts, as thunder_core's plugin does), eager and under
 ``torch.compile``, against ``thunder_core.jit`` with the ``tensor-parallel`` plugin, without and
 with ``sequence_parallel``. Their ratios are against PyTorch TP eager.
+
+``thunder-jit-torch-fsdp2`` and ``thunder-jit-torch-tp``: the model PyTorch sharded (as in
+``torch-fsdp2`` and ``torch-tp``), then ``thunder_core.jit`` of it (the ``dtensor`` plugin).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ BACKENDS = [
     "torch-tp-compile",
     "thunder-tp",
     "thunder-tp-sequence",
+    "thunder-jit-torch-fsdp2",
+    "thunder-jit-torch-tp",
 ]
 LENGTH, LOCAL_BATCH, VOCAB = 256, 2, 4096
 
@@ -51,19 +56,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _build(backend: str):
+def _build(backend: str, model=None):
     import torch
     import torch.distributed as dist
 
     from thunder_core.testing.models import small_litgpt
 
-    torch.manual_seed(0)
-    model = small_litgpt(n_layer=4, n_embd=256, vocab=VOCAB, block_size=LENGTH)
+    if model is None:
+        torch.manual_seed(0)
+        model = small_litgpt(n_layer=4, n_embd=256, vocab=VOCAB, block_size=LENGTH)
     if backend.startswith("torch-ddp"):
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(model)
         return (torch.compile(wrapped) if backend.endswith("compile") else wrapped), wrapped.parameters()
+    if backend.startswith("thunder-jit-torch-"):  # PyTorch shards the model, thunder_core.jit compiles it
+        import thunder_core
+
+        _build(backend.removeprefix("thunder-jit-"), model)
+        jitted = thunder_core.jit(model)  # the dtensor plugin, chosen by jit
+        return jitted, jitted.parameters()
     if backend.startswith("torch-fsdp2"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard

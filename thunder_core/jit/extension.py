@@ -5,6 +5,8 @@ job that selects the plugin jits a module, the transform may change the module i
 return an extension. The jitted module consults its extensions, in the order the plugins
 were selected, wherever a plugin can make a difference:
 
+- ``inputs``: on every call, the tensors the trace takes for the parameters and buffers (a
+  DTensor parameter's local tensor, through a differentiable ``to_local()``).
 - ``bind``: while the forward is captured, what the module sees in place of each parameter
   and buffer. Ops recorded here are part of the trace (a sharded parameter is gathered, a
   replicated one marked for gradient synchronisation), so autodiff differentiates them.

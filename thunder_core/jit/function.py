@@ -507,7 +507,7 @@ class ThunderFunction:
         disk = open_disk_cache(directory, "traces")
         if disk is None:
             return None, None, ""
-        state = [name for name, _ in self._state.named_tensors()] if self._state is not None else []
+        state = [name for *_, name in self._state.slots] if self._state is not None else []
         options = {k: v for k, v in self._options.items() if k != "job"}
         try:
             material = key_material(

@@ -228,34 +228,44 @@ def _distributed_tensor(module: nn.Module) -> str | None:
 
 
 def _with_dtensor_plugin(module: nn.Module, arguments: dict, job):
-    """A module whose parameters are DTensors is traced by the ``dtensor`` plugin: added to the
-    job's plugins when no plugin of the job transforms the module, if it is installed."""
+    """A module whose parameters are DTensors is traced by the ``dtensor`` plugin, which the job
+    gets when it is installed; plugins that change a plain module cannot apply to it."""
     name = _distributed_tensor(module)
-    if name is None or (job is not None and job.module_transforms):
+    if name is None:
         return arguments, job
+    changing = sorted({n.split(".")[0] for _, _, n in job.module_transforms}) if job is not None else []
+    if changing == [DTENSOR_PLUGIN]:
+        return arguments, job
+    if changing:
+        _refuse_distributed_tensors(
+            module,
+            f"the plugin(s) {changing} change a plain model, and this one is already sharded: leave them out, "
+            f"and thunder_core.jit(model) traces it with the {DTENSOR_PLUGIN!r} plugin",
+        )
     from thunder_core.plugins.manager import plugin_manager
 
     if DTENSOR_PLUGIN not in plugin_manager().names():
-        raise CaptureError(
-            f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard or split by "
-            "parallelize_module); tracing DTensor parameters needs the 'dtensor' plugin of "
-            "thunder-plugin-distributed: pip install thunder-plugin-distributed. Or jit the plain model with "
-            "plugins=['fsdp'] or plugins=['tensor-parallel']."
+        _refuse_distributed_tensors(
+            module,
+            f"tracing DTensor parameters needs the {DTENSOR_PLUGIN!r} plugin: pip install thunder-plugin-distributed "
+            "(or jit the plain model with plugins=['fsdp'] or plugins=['tensor-parallel'])",
         )
     plugins = [*(job.config.plugins if job is not None else ()), DTENSOR_PLUGIN]
     arguments = {**arguments, "plugins": plugins}
     return arguments, job_from_arguments(arguments)
 
 
-def _refuse_distributed_tensors(module: nn.Module) -> None:
-    """DTensor parameters with no plugin to trace them (a bound method, where module transforms
-    do not apply, or a module built without ``thunder_core.jit``'s job)."""
+def _refuse_distributed_tensors(
+    module: nn.Module,
+    way_out: str = f"jit the module itself (thunder_core.jit(model)), which traces them with the "
+    f"{DTENSOR_PLUGIN!r} plugin of thunder-plugin-distributed; module plugins do not apply to a bound method",
+) -> None:
+    """Refuse a module with DTensor parameters, naming ``way_out``."""
     name = _distributed_tensor(module)
     if name is not None:
         raise CaptureError(
             f"thunder_core.jit: {name} is a DTensor (sharded by FSDP2's fully_shard or split by "
-            "parallelize_module). thunder_core.jit(model) traces DTensor parameters with the 'dtensor' plugin "
-            "of thunder-plugin-distributed; jit the module itself, not its bound method."
+            f"parallelize_module); {way_out}."
         )
 
 
@@ -309,7 +319,7 @@ class ThunderModule(nn.Module):
     def __init__(self, module: nn.Module, *, arguments: dict | None = None, **options):
         super().__init__()
         job = options.get("job")
-        if job is None or not job.module_transforms:
+        if job is None or not any(n.split(".")[0] == DTENSOR_PLUGIN for _, _, n in job.module_transforms):
             _refuse_distributed_tensors(module)
         self._model = module
         self._options = options

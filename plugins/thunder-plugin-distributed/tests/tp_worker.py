@@ -199,17 +199,32 @@ def scenario_llama_fsdp_2d_given_mesh() -> dict:
 
 
 def scenario_stacks_refused() -> dict:
-    """Stacks of plugins that cannot work: a clear error each."""
+    """Stacks of plugins and options that cannot work: a clear error each; a refused model is left
+    as it was, so jit with corrected options works."""
     errors = {}
     for label, plugins, options in [
         ("fsdp_first", ["fsdp", "tensor-parallel"], {}),
         ("no_data_dimension", ["tensor-parallel", "fsdp"], {}),
+        ("size_not_dividing", ["tensor-parallel"], {"tensor-parallel": {"size": 3}}),
     ]:
+        model = build_litgpt()
         try:
-            thunder_core.jit(build_litgpt(), plugins=plugins, options=options)
+            thunder_core.jit(model, plugins=plugins, options=options)
             errors[label] = None
         except thunder_core.ThunderCoreError as error:
             errors[label] = str(error)
+        if label == "size_not_dividing":  # the same model, jitted again with a valid size
+            jitted = thunder_core.jit(model, plugins=["tensor-parallel"])
+            errors["retried_losses"] = train(jitted, steps=1)
+    # A data dimension with nothing to work over it: refused at the first call.
+    jitted = thunder_core.jit(
+        build_litgpt(), plugins=["tensor-parallel"], options={"tensor-parallel": {"size": 1}}
+    )
+    try:
+        train(jitted, steps=1)
+        errors["size_alone"] = None
+    except thunder_core.ThunderCoreError as error:
+        errors["size_alone"] = str(error)
     return errors
 
 
@@ -315,30 +330,87 @@ def scenario_llama_fully_shard() -> dict:
 
 
 def scenario_parallelize_module_refused() -> dict:
-    """Layouts the dtensor plugin does not trace: a clear error each, before anything runs."""
+    """Layouts the dtensor plugin does not trace: a clear error each, before anything changes (the
+    model still runs eagerly, as PyTorch sharded it)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel, parallelize_module
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    cases = {
+        "sequence_parallel_norm": lambda m: parallelize_module(
+            m, mesh, {"transformer.h.0.norm_1": SequenceParallel()}
+        ),
+        "colwise_replicated_output": lambda m: parallelize_module(
+            m, mesh, {"transformer.h.0.mlp.fc_1": ColwiseParallel(output_layouts=Replicate())}
+        ),
+        "prepare_module_input": lambda m: parallelize_module(
+            m,
+            mesh,
+            {
+                "transformer.h.0.mlp": PrepareModuleInput(
+                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+                ),
+                "transformer.h.0.mlp.fc_1": ColwiseParallel(),
+            },
+        ),
+        "mixed_precision": lambda m: fully_shard(m, mesh=mesh, mp_policy=bf16),
+        "with_fsdp_plugin": lambda m: fully_shard(m, mesh=mesh),
+    }
     errors = {}
-    for label, plan in {
-        "sequence_parallel_norm": {"transformer.h.0.norm_1": SequenceParallel()},
-        "colwise_replicated_output": {
-            "transformer.h.0.mlp.fc_1": ColwiseParallel(output_layouts=Replicate())
-        },
-    }.items():
+    tokens = batches()[0]
+    for label, shard in cases.items():
         model = build_litgpt()
-        parallelize_module(model, mesh, plan)
+        shard(model)
         try:
-            thunder_core.jit(model)
+            thunder_core.jit(model, plugins=["fsdp"] if label == "with_fsdp_plugin" else None)
             errors[label] = None
         except thunder_core.ThunderCoreError as error:
             errors[label] = str(error)
+        if label in ("colwise_replicated_output", "mixed_precision", "with_fsdp_plugin"):  # runnable layouts
+            errors[f"{label} runs eagerly"] = bool(torch.isfinite(loss_of(model, tokens)).item())
     return errors
 
 
 SAVED_AFTER = 3  # steps trained before the checkpoint is written
+
+
+def scenario_dcp_2d_to_tensor_parallel() -> dict:
+    """As dcp_to_fsdp, on 4 ranks: saved under tensor-parallel + fsdp on a 2 x 2 mesh (each data
+    rank on its rows), loaded under tensor-parallel over the 4 ranks."""
+    import torch.distributed.checkpoint as dcp
+    from thunder_plugin_distributed import load_optimizer_state_dict, optimizer_state_dict
+
+    path = os.path.join(os.environ["THUNDER_TEST_OUT"], "dcp_2d")
+    options = {"tensor-parallel": {"size": 2}}
+    jitted = thunder_core.jit(build_litgpt(), plugins=["tensor-parallel", "fsdp"], options=options)
+    optimizer = torch.optim.AdamW(jitted.parameters(), lr=LR)
+    data_rank = dist.get_rank() // 2
+    rows = slice(data_rank * BATCH // 2, (data_rank + 1) * BATCH // 2)
+    losses = _mean_over_ranks(train(jitted, steps=SAVED_AFTER, optimizer=optimizer, rows=rows))
+    state = {"model": jitted.state_dict(), "optimizer": optimizer_state_dict(jitted, optimizer)}
+    placements = {k: str(v.placements) for k, v in state["model"].items() if hasattr(v, "placements")}
+    dcp.save(state, checkpoint_id=path)
+
+    torch.manual_seed(123)
+    fresh = thunder_core.jit(
+        small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=4),
+        plugins=["tensor-parallel"],
+    )
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=LR)
+    state = {"model": fresh.state_dict(), "optimizer": optimizer_state_dict(fresh, fresh_optimizer)}
+    dcp.load(state, checkpoint_id=path)
+    fresh.load_state_dict(state["model"])
+    load_optimizer_state_dict(fresh, fresh_optimizer, state["optimizer"])
+    losses += train(fresh, steps=STEPS - SAVED_AFTER, optimizer=fresh_optimizer, first=SAVED_AFTER)
+    return {"losses": losses, "params": full_state_dict(fresh), "placements": placements}
 
 
 def scenario_dcp_to_fsdp() -> dict:

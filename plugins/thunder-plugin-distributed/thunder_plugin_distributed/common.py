@@ -54,6 +54,15 @@ def claim_module(module: nn.Module, plugin: str) -> None:
     _PREPARED[module] = {plugin: None}
 
 
+def release_claim(module: nn.Module, plugin: str) -> None:
+    """Undo ``claim_module`` (the transform refused the module before changing it)."""
+    claimed = _PREPARED.get(module, {})
+    claimed.pop(plugin, None)
+    if not claimed:
+        _PREPARED.pop(module, None)
+        _DATA_GROUPS.pop(module, None)
+
+
 def record_extension(module: nn.Module, plugin: str, extension) -> None:
     """Keep what ``plugin``'s transform made of ``module``, for the plugins stacked with it."""
     _PREPARED[module][plugin] = extension

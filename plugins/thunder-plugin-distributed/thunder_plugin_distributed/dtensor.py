@@ -29,26 +29,33 @@ from torch import nn
 
 from thunder_core.extend import ConfigError, ModuleExtension
 from thunder_plugin_distributed.collectives import GATHERS, register_group
-from thunder_plugin_distributed.common import claim_module, record_extension
+from thunder_plugin_distributed.common import claim_module, record_extension, release_claim
 from thunder_plugin_distributed.fsdp import ShardInfo
 from thunder_plugin_distributed.teardown import release_at_exit
-from thunder_plugin_distributed.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+from thunder_plugin_distributed.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    make_parallel,
+    split_dim,
+)
 
 _REFUGE = "jit the plain model with plugins=['fsdp'] or plugins=['tensor-parallel'] instead"
 
 
 def _style_of(hook) -> tuple[str, tuple] | None:
-    """(qualified name, arguments) of the ``ParallelStyle`` function a hook of
-    ``parallelize_module`` calls, or None for another hook."""
+    """(name, arguments) of what a hook ``parallelize_module`` or ``distribute_module`` installed
+    calls: a ``ParallelStyle`` function with its layouts (``ColwiseParallel._prepare_input_fn``,
+    ...) or a ``ParallelStyle`` object (``PrepareModuleInput``); None for any other hook."""
     for cell in getattr(hook, "__closure__", None) or ():
         try:
             value = cell.cell_contents
         except ValueError:
             continue
-        if isinstance(value, functools.partial) and getattr(value.func, "__module__", "").startswith(
-            "torch.distributed.tensor"
-        ):
-            return value.func.__qualname__, value.args
+        if isinstance(value, functools.partial):
+            if getattr(value.func, "__module__", "").startswith("torch.distributed.tensor"):
+                return value.func.__qualname__, value.args
+        elif type(value).__module__.startswith("torch.distributed.tensor.parallel"):
+            return type(value).__qualname__, ()
     return None
 
 
@@ -63,27 +70,28 @@ def _default_layouts() -> dict[str, tuple]:
     }
 
 
-def _detach_parallel_styles(module: nn.Module) -> dict[str, type]:
-    """Remove ``parallelize_module``'s hooks; {module name: ColumnParallelLinear | RowParallelLinear}."""
+def _parallel_styles(module: nn.Module) -> tuple[dict[str, type], list]:
+    """Which ``nn.Linear`` layers ``parallelize_module`` split, as {module name:
+    ColumnParallelLinear | RowParallelLinear}, and its hooks to remove; refuses any other style."""
     defaults = _default_layouts()
     kinds: dict[str, type] = {}
-    removals = []
+    hooks = []
     for name, child in module.named_modules():
         styles = []
         for table in (child._forward_pre_hooks, child._forward_hooks):
-            for key, hook in list(table.items()):
+            for key, hook in table.items():
                 style = _style_of(hook)
                 if style is None:
                     continue
                 qualname, args = style
                 if qualname not in defaults or tuple(args) != defaults[qualname]:
                     raise ConfigError(
-                        f"dtensor: {name or type(module).__name__} was parallelized with {qualname.split('.')[0]} "
-                        f"{args}; jit of a parallelize_module model takes ColwiseParallel() and RowwiseParallel() "
-                        f"with their default layouts on nn.Linear layers. Otherwise {_REFUGE}."
+                        f"dtensor: {name or type(module).__name__} was parallelized with {qualname.split('.')[0]}"
+                        f"{f' {args}' if args else ''}; jit of a parallelize_module model takes ColwiseParallel() and "
+                        f"RowwiseParallel() with their default layouts on nn.Linear layers. Otherwise {_REFUGE}."
                     )
                 styles.append(qualname.split(".")[0])
-                removals.append((child, table, key))
+                hooks.append((child, table, key))
         if styles:
             if type(child) is not nn.Linear:
                 raise ConfigError(
@@ -91,21 +99,16 @@ def _detach_parallel_styles(module: nn.Module) -> dict[str, type]:
                     f"parallelize_module model takes nn.Linear layers only. Otherwise {_REFUGE}."
                 )
             kinds[name] = ColumnParallelLinear if styles[0] == "ColwiseParallel" else RowParallelLinear
-    for child, table, key in removals:  # every layer checked first: a refused model keeps its hooks
-        del table[key]
-        child._forward_hooks_with_kwargs.pop(key, None)
-        child._forward_pre_hooks_with_kwargs.pop(key, None)
-        child._forward_hooks_always_called.pop(key, None)
-    return kinds
+    return kinds, hooks
 
 
-def _detach_fully_shard(module: nn.Module) -> set[int]:
-    """Remove FSDP2's forward hooks; the ids of the parameters ``fully_shard`` manages."""
+def _fully_shard_states(module: nn.Module) -> list:
+    """FSDP2's states of ``module`` and its submodules (checked: the default mixed precision)."""
     try:
         from torch.distributed.fsdp._fully_shard._fsdp_state import _get_module_fsdp_state
     except ImportError:  # a torch without FSDP2
-        return set()
-    managed: set[int] = set()
+        return []
+    states = []
     for name, child in module.named_modules():
         state = _get_module_fsdp_state(child)
         if state is None:
@@ -117,15 +120,32 @@ def _detach_fully_shard(module: nn.Module) -> set[int]:
                 f"({policy}); jit of a fully_shard model takes the default policy. Use "
                 "plugins=['autocast'] for mixed precision, or " + _REFUGE
             )
+        states.append(state)
+    return states
+
+
+def _managed(states: list) -> set[int]:
+    """The ids of the parameters ``fully_shard`` manages."""
+    managed: set[int] = set()
+    for state in states:
         for group in getattr(state, "_fsdp_param_groups", None) or [state._fsdp_param_group]:
             if group is not None:
                 managed.update(id(p.sharded_param) for p in group.fsdp_params)
+    return managed
+
+
+def _remove_hooks(states: list, hooks: list) -> None:
+    for state in states:
         for handle in {
             id(h): h for h in (state._pre_forward_hook_handle, state._post_forward_hook_handle)
         }.values():
             if handle is not None:
                 handle.remove()
-    return managed
+    for child, table, key in hooks:
+        table.pop(key, None)
+        child._forward_hooks_with_kwargs.pop(key, None)
+        child._forward_pre_hooks_with_kwargs.pop(key, None)
+        child._forward_hooks_always_called.pop(key, None)
 
 
 class DTensorExtension(ModuleExtension):
@@ -168,14 +188,33 @@ class DTensorExtension(ModuleExtension):
 
 
 def dtensor_transform(module: nn.Module, options: dict) -> DTensorExtension:
-    """Take over the hooks of ``fully_shard`` and ``parallelize_module``; see the module docstring."""
+    """Take over the hooks of ``fully_shard`` and ``parallelize_module``; see the module docstring.
+    Everything is checked before the module changes: a refused module is left as it was."""
+    claim_module(module, "dtensor")
+    try:
+        kinds, hooks = _parallel_styles(module)
+        states = _fully_shard_states(module)
+        sharded, local = _placements(module, kinds, _managed(states))
+    except BaseException:
+        release_claim(module, "dtensor")
+        raise
+    release_at_exit()
+    _remove_hooks(states, hooks)
+    modules = dict(module.named_modules())
+    for name, kind in kinds.items():
+        weight = modules[name].weight
+        group = register_group(weight.device_mesh.get_group())
+        make_parallel(modules[name], kind, group, tuple(weight.shape), tuple(weight.to_local().shape))
+    extension = DTensorExtension(sharded, frozenset(local), len(kinds), len(sharded))
+    record_extension(module, "dtensor", extension)
+    return extension
+
+
+def _placements(module: nn.Module, kinds: dict[str, type], managed: set[int]) -> tuple[dict, set]:
+    """Every DTensor's placement checked: ({name: (ShardInfo, group key)} of fully_shard's
+    parameters, the names of every DTensor parameter or buffer)."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
-    claim_module(module, "dtensor")
-    release_at_exit()
-    kinds = _detach_parallel_styles(module)
-    managed = _detach_fully_shard(module)
-    modules = dict(module.named_modules())
     sharded: dict[str, tuple[ShardInfo, int]] = {}
     local = set()
     for prefix, owner in module.named_modules(remove_duplicate=False):
@@ -204,7 +243,8 @@ def dtensor_transform(module: nn.Module, options: dict) -> DTensorExtension:
                     )
                     sharded[name] = (info, register_group(mesh.get_group()))
                 elif prefix in kinds and kind == "_parameters":
-                    expected = _tp_placement(kinds[prefix], attr)
+                    dim = split_dim(kinds[prefix], attr)
+                    expected = Replicate() if dim is None else Shard(dim)
                     if placements != (expected,):
                         raise ConfigError(
                             f"dtensor: {name} is placed as {placements}, not as {kinds[prefix].__name__} places it "
@@ -215,23 +255,4 @@ def dtensor_transform(module: nn.Module, options: dict) -> DTensorExtension:
                         f"dtensor: {name} is a DTensor placed as {placements} by neither fully_shard nor "
                         f"ColwiseParallel/RowwiseParallel; only replicated DTensors are taken as they are. {_REFUGE}."
                     )
-    for name, kind in kinds.items():
-        layer = modules[name]
-        weight = layer.weight
-        group = register_group(weight.device_mesh.get_group())
-        layer.__class__ = kind
-        layer.tp_group = group
-        layer.tp_sequence = False
-        layer.tp_full_shape = tuple(weight.shape)
-        layer.in_features, layer.out_features = weight.to_local().shape[1], weight.to_local().shape[0]
-    extension = DTensorExtension(sharded, frozenset(local), len(kinds), len(sharded))
-    record_extension(module, "dtensor", extension)
-    return extension
-
-
-def _tp_placement(kind: type, attr: str):
-    from torch.distributed.tensor import Replicate, Shard
-
-    if kind is ColumnParallelLinear:
-        return Shard(0)
-    return Replicate() if attr == "bias" else Shard(1)
+    return sharded, local

@@ -142,7 +142,13 @@ class FSDPExtension(ModuleExtension):
         if isinstance(value, DTensor):
             from torch.distributed.tensor import Shard
 
-            if tuple(value.placements) == (Shard(0),) and value.device_mesh.size() == world_size(self.group):
+            mesh = value.device_mesh
+            if (
+                tuple(value.placements) == (Shard(0),)
+                and mesh.ndim == 1
+                and mesh.size() == world_size(self.group)
+                and mesh.get_local_rank() == rank(self.group)
+            ):
                 local = value.to_local()  # laid out as this plugin lays it out (from placed())
                 if local.data_ptr() == held.data_ptr():
                     return held
@@ -240,7 +246,10 @@ def full_state_dict(jitted_module) -> dict[str, torch.Tensor]:
     for extension in getattr(jitted_module, "extensions", ()):
         if hasattr(extension, "full_state_dict"):  # tensor-parallel (with fsdp stacked) or fsdp
             return extension.full_state_dict()
-    return jitted_module.state_dict()
+    return {  # DTensors of a model PyTorch sharded (the dtensor plugin), or plain tensors
+        name: value.full_tensor() if hasattr(value, "full_tensor") else value
+        for name, value in jitted_module.state_dict().items()
+    }
 
 
 @torch.no_grad()

@@ -103,8 +103,12 @@ def _pairs(bsyms: list[BoundSymbol]) -> tuple[list[_Pair], list[BoundSymbol]]:
 
 def _bucketed(pairs: list[_Pair], cap_bytes: int) -> list[_Pair]:
     """DDP's all-reduces merged into buckets, in the order their gradients become ready."""
-    ddp = sorted((p for p in pairs if p.kind == "ddp_all_reduce_start"), key=lambda p: (p.start_gap, p.order))
-    others = [p for p in pairs if p.kind != "ddp_all_reduce_start"]
+
+    def single(p: _Pair) -> bool:  # not a bucket already (the pass ran before on this trace)
+        return p.kind == "ddp_all_reduce_start" and len(p.start.args[0]) == 1
+
+    ddp = sorted((p for p in pairs if single(p)), key=lambda p: (p.start_gap, p.order))
+    others = [p for p in pairs if not single(p)]
     buckets: list[list[_Pair]] = []
     size = 0
     for pair in ddp:
@@ -188,7 +192,8 @@ def _bound_in_flight(pairs: list[_Pair]) -> None:
 
 def _after_their_inputs(pairs: list[_Pair]) -> None:
     """A collective that takes another one's result (tensor parallelism's sum of a gradient that
-    fsdp reduce-scattered) starts no earlier than that result is waited for."""
+    fsdp reduce-scattered) starts no earlier than that result is waited for, and that wait comes
+    no later than the taker's own wait (which its first use bounds)."""
     producers = {p.name: pair for pair in pairs for p in pair.wait.flat_outputs()}
     changed = True
     while changed:
@@ -196,10 +201,17 @@ def _after_their_inputs(pairs: list[_Pair]) -> None:
         for pair in pairs:
             for arg in pair.start.flat_args():
                 producer = producers.get(arg.name)
-                if producer is not None and producer is not pair and pair.start_gap < producer.wait_gap:
+                if producer is None or producer is pair:
+                    continue
+                if producer.wait_gap > pair.wait_gap:
+                    producer.wait_gap, changed = pair.wait_gap, True
+                if pair.start_gap < producer.wait_gap:
                     pair.start_gap, changed = producer.wait_gap, True
-            if pair.wait_gap < pair.start_gap:
-                pair.wait_gap, changed = pair.start_gap, True
+    for pair in pairs:
+        if not pair.start_gap <= pair.wait_gap:
+            raise ValueError(
+                f"{pair.kind}: no place between its inputs and its first use (a bug of this pass)"
+            )
 
 
 def _in_dependency_order(items: list[BoundSymbol]) -> list[BoundSymbol]:

@@ -39,6 +39,7 @@ from thunder_plugin_distributed.common import (
     claim_module,
     prepared_by,
     record_extension,
+    release_claim,
     set_data_parallel_group,
     unique_tensors,
 )
@@ -214,50 +215,51 @@ class TensorParallelExtension(ModuleExtension):
     def _split_dim(self, name: str) -> int | None:
         """The dimension along which ``name`` is split over the group (None: whole on every rank)."""
         found = self.split.get(name)
-        if found is None:
-            return None
-        layer = self.layers[found[0]]
-        if isinstance(layer, RowParallelLinear):
-            return None if found[1] == "bias" else 1
-        return 0
+        return None if found is None else split_dim(type(self.layers[found[0]]), found[1])
 
-    def placed(self, name: str, local: torch.Tensor):
-        """``local`` (this rank's tensor of parameter ``name``, or optimizer state of its shape) as
-        a DTensor of the full shape; a tensor whole and the same on every rank stays plain."""
-        from torch.distributed.tensor import DTensor, Replicate, Shard
+    def _layout(self, name: str):
+        """(mesh, placements, this rank's fsdp ShardInfo or None) of the DTensor ``placed`` makes
+        for ``name`` by placement; None for a tensor given plain or, split by heads, replicated."""
+        from torch.distributed.tensor import Replicate, Shard
 
         fsdp = self._fsdp()
         shard = fsdp.sharded.get(name) if fsdp is not None else None
         found = self.split.get(name)
         if found is not None and found[0] in self.qkv:
-            # Split by heads (q, k and v parts of every rank): no DTensor placement says that.
-            full = self.full(name, local)
-            mesh = self._device_mesh("2d" if shard is not None else "tensor")
-            return DTensor.from_local(full, mesh, [Replicate()] * mesh.ndim, run_check=False)
+            return None
         dim = self._split_dim(name)
-        shape = list(shard.full_shape if shard is not None else local.shape)
-        if dim is not None:
-            shape[dim] *= world_size(self.group)
         placement = Replicate() if dim is None else Shard(dim)
         if shard is not None:
-            local, mesh, placements = (
-                local[: shard.valid_rows],
-                self._device_mesh("2d"),
-                [placement, Shard(0)],
-            )
-        elif dim is None:
+            return self._device_mesh("2d"), (placement, Shard(0)), shard
+        if dim is None:
+            return None
+        return self._device_mesh("tensor"), (placement,), None
+
+    def placed(self, name: str, local: torch.Tensor):
+        """``local`` (this rank's tensor of parameter ``name``, or optimizer state of its shape) as
+        a DTensor of the full shape; a tensor whole and the same on every rank stays plain."""
+        from torch.distributed.tensor import DTensor, Replicate
+
+        found = self.split.get(name)
+        if found is not None and found[0] in self.qkv:
+            # Split by heads (q, k and v parts of every rank): no DTensor placement says that.
+            fsdp = self._fsdp()
+            full = self.full(name, local)
+            mesh = self._device_mesh("2d" if fsdp is not None and name in fsdp.sharded else "tensor")
+            return DTensor.from_local(full, mesh, [Replicate()] * mesh.ndim, run_check=False)
+        layout = self._layout(name)
+        if layout is None:
             return local
-        else:
-            mesh, placements = self._device_mesh("tensor"), [placement]
+        mesh, placements, shard = layout
+        shape = list(shard.full_shape if shard is not None else local.shape)
+        dim = self._split_dim(name)
+        if dim is not None:
+            shape[dim] *= world_size(self.group)
+        if shard is not None:
+            local = local[: shard.valid_rows]
         full = torch.Size(shape)
-        return DTensor.from_local(
-            local,
-            mesh,
-            placements,
-            run_check=False,
-            shape=full,
-            stride=torch.empty(full, device="meta").stride(),
-        )
+        stride = torch.empty(full, device="meta").stride()
+        return DTensor.from_local(local, mesh, list(placements), run_check=False, shape=full, stride=stride)
 
     @torch.no_grad()
     def full(self, name: str, local: torch.Tensor) -> torch.Tensor:
@@ -291,6 +293,14 @@ class TensorParallelExtension(ModuleExtension):
         whose tensor on this rank is ``held``."""
         from torch.distributed.tensor import DTensor
 
+        layout = self._layout(name) if isinstance(value, DTensor) else None
+        if layout is not None and value.device_mesh == layout[0] and tuple(value.placements) == layout[1]:
+            local = value.to_local()  # laid out as placed() lays it out: this rank's part as it is
+            shard = layout[2]
+            if shard is not None and local.shape[0] < shard.shard_rows:
+                padding = local.new_zeros((shard.shard_rows - local.shape[0], *local.shape[1:]))
+                local = torch.cat([local, padding])
+            return local.to(device=held.device)
         full = value.full_tensor() if isinstance(value, DTensor) else value
         found = self.split.get(name)
         if found is not None:
@@ -309,7 +319,7 @@ class TensorParallelExtension(ModuleExtension):
         shard = fsdp.sharded.get(name) if fsdp is not None else None
         if shard is not None:
             full = take_shard(full.to(held.device), shard)
-        return full.to(dtype=held.dtype, device=held.device)
+        return full.to(device=held.device)
 
     def _kept(self, name: str) -> bool:
         fsdp = self._fsdp()
@@ -358,27 +368,42 @@ def _part_of(full: torch.Tensor, kind: type, attr: str, qkv, size: int, me: int)
     return full.chunk(size, dim=0)[me]
 
 
-def _split(layer: nn.Linear, kind: type, group: int, qkv, size: int, me: int, sequence: bool) -> None:
+def _check_split(name: str, layer: nn.Linear, kind: type, size: int) -> None:
     full_shape = tuple(layer.weight.shape)
     dim = 1 if kind is RowParallelLinear else 0
-    _divisible(
-        f"{'input' if dim else 'output'} features of a {full_shape} linear layer", full_shape[dim], size
-    )
+    _divisible(f"{'input' if dim else 'output'} features of {name} {full_shape}", full_shape[dim], size)
+    if any(p is not None and p.grad is not None for p in (layer.weight, layer.bias)):
+        raise ConfigError(f"tensor-parallel: {name} has a gradient; jit the model before the first backward")
+
+
+def _split(layer: nn.Linear, kind: type, group: int, qkv, size: int, me: int, sequence: bool) -> None:
+    full_shape = tuple(layer.weight.shape)
     for attr in ("weight", "bias"):
         param = getattr(layer, attr)
         if param is not None:
-            if param.grad is not None:
-                raise ConfigError("tensor-parallel: jit the model before the first backward")
             _take(param, _part_of(param.detach(), kind, attr, qkv, size, me))
+    make_parallel(layer, kind, group, full_shape, local_shape=tuple(layer.weight.shape), sequence=sequence)
+
+
+def make_parallel(
+    layer: nn.Linear, kind: type, group: int, full_shape: tuple, local_shape: tuple, sequence: bool = False
+) -> None:
+    """Turn ``layer`` (holding this rank's part, of ``local_shape``) into a ``kind`` layer."""
     layer.__class__ = kind
     layer.tp_group = group
     layer.tp_sequence = sequence
     layer.tp_full_shape = full_shape
-    layer.in_features, layer.out_features = layer.weight.shape[1], layer.weight.shape[0]
+    layer.out_features, layer.in_features = local_shape
 
 
-def _local_litgpt_config(attention: nn.Module, size: int, configs: dict):
-    """litgpt attention reads its head counts from its config: one config with this rank's."""
+def split_dim(kind: type, attr: str) -> int | None:
+    """The dimension of a ``kind`` layer's ``attr`` ("weight" or "bias") split over the group."""
+    if kind is RowParallelLinear:
+        return None if attr == "bias" else 1
+    return 0
+
+
+def _check_litgpt_heads(attention: nn.Module, size: int) -> None:
     config = attention.config
     if getattr(config, "norm_qk", False) and getattr(config, "norm_qk_type", "") == "olmo2":
         raise ConfigError(
@@ -386,6 +411,11 @@ def _local_litgpt_config(attention: nn.Module, size: int, configs: dict):
         )
     _divisible("the number of attention heads", config.n_head, size)
     _divisible("the number of query groups", config.n_query_groups, size)
+
+
+def _local_litgpt_config(attention: nn.Module, size: int, configs: dict):
+    """litgpt attention reads its head counts from its config: one config with this rank's."""
+    config = attention.config
     if id(config) not in configs:
         configs[id(config)] = dataclasses.replace(
             config,
@@ -406,26 +436,53 @@ def _check_llama_heads(module: nn.Module, size: int) -> None:
 
 
 def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParallelExtension:
-    """Split the chosen linear layers of ``module`` in place; see the module docstring."""
+    """Split the chosen linear layers of ``module`` in place; see the module docstring. Everything
+    is checked before the module changes: a refused module is left as it was."""
     claim_module(module, "tensor-parallel")
+    try:
+        group, mesh = _tensor_group(module, options["size"], options["mesh"])
+        plan, default = _plan(module, options, world_size(group))
+    except BaseException:
+        release_claim(module, "tensor-parallel")
+        raise
     release_at_exit()
-    group, mesh = _tensor_group(module, options["size"], options["mesh"])
     size, me = world_size(group), rank(group)
-    column, row = _patterns(options["column"]), _patterns(options["row"])
-    default = not column and not row
-    if default:
-        plan = _default_plan(module)
-        column, row = plan["column"], plan["row"]
-        if plan is LLAMA:
-            _check_llama_heads(module, size)
     if options["broadcast"]:
         # Within the tensor-parallel group; fsdp or ddp then broadcast the parts over the data one.
         broadcast_from_first_rank(unique_tensors([*module.parameters(), *module.buffers()]), group_of(group))
     layers: dict[str, nn.Linear] = {}
     qkv: dict[str, tuple] = {}
     configs: dict[int, object] = {}
+    for name, child, kind, parent in plan:
+        heads = None
+        if parent is not None:  # litgpt's fused qkv, split by heads
+            heads = qkv[name] = _local_litgpt_config(parent, size, configs)
+        _split(child, kind, group, heads, size, me, options["sequence_parallel"])
+        layers[name] = child
+    if options["sequence_parallel"]:
+        summed = _sequence_parallel(module, layers, group)
+    else:
+        summed = frozenset()
+        if default:  # attention and MLP modules read their input only through these layers
+            _enter_at_owners(module, layers, tp_copy, group)
+    extension = TensorParallelExtension(module, group, layers, qkv, summed, mesh)
+    record_extension(module, "tensor-parallel", extension)
+    return extension
+
+
+def _plan(module: nn.Module, options: dict, size: int) -> tuple[list, bool]:
+    """[(name, layer, kind, its litgpt attention if a fused qkv else None)] of the layers to split,
+    every one checked; and whether the default plan of the model's family was used."""
+    column, row = _patterns(options["column"]), _patterns(options["row"])
+    default = not column and not row
+    if default:
+        family = _default_plan(module)
+        column, row = family["column"], family["row"]
+        if family is LLAMA:
+            _check_llama_heads(module, size)
     parents = dict(module.named_modules())
-    for name, child in list(module.named_modules()):
+    plan = []
+    for name, child in module.named_modules():
         kind = (
             ColumnParallelLinear
             if any(fnmatch.fnmatchcase(name, p) for p in column)
@@ -440,25 +497,22 @@ def tensor_parallel_transform(module: nn.Module, options: dict) -> TensorParalle
                 f"tensor-parallel: {name} ({type(child).__qualname__}) matches a pattern but only nn.Linear "
                 "layers can be split"
             )
+        _check_split(name, child, kind, size)
         parent_name, _, attr = name.rpartition(".")
-        parent = parents[parent_name]
-        heads = None
-        if kind is ColumnParallelLinear and _is_litgpt_qkv(parent, attr):
-            heads = _local_litgpt_config(parent, size, configs)
-            qkv[name] = heads
-        _split(child, kind, group, heads, size, me, options["sequence_parallel"])
-        layers[name] = child
-    if not layers:
+        attention = None
+        if kind is ColumnParallelLinear and _is_litgpt_qkv(parents[parent_name], attr):
+            attention = parents[parent_name]
+            _check_litgpt_heads(attention, size)
+        plan.append((name, child, kind, attention))
+    if not plan:
         raise ConfigError(f"tensor-parallel: no nn.Linear matches column={column} or row={row}")
     if options["sequence_parallel"]:
-        summed = _sequence_parallel(module, layers, group)
-    else:
-        summed = frozenset()
-        if default:  # attention and MLP modules read their input only through these layers
-            _enter_at_owners(module, layers, tp_copy, group)
-    extension = TensorParallelExtension(module, group, layers, qkv, summed, mesh)
-    record_extension(module, "tensor-parallel", extension)
-    return extension
+        _blocks(module, [name for name, *_ in plan])
+        if "lm_head" not in parents:
+            raise ConfigError(
+                "tensor-parallel: sequence_parallel needs the model's output head, named lm_head"
+            )
+    return plan, default
 
 
 def _tensor_group(module: nn.Module, size: int, given=None):
@@ -504,8 +558,8 @@ def _given_group(module: nn.Module, given):
     )
 
 
-def _blocks(module: nn.Module, layers: dict[str, nn.Linear]) -> tuple[str, nn.ModuleList]:
-    """The list of repeated layers that holds the split projections."""
+def _blocks(module: nn.Module, layers) -> tuple[str, nn.ModuleList]:
+    """The list of repeated layers that holds the split projections (``layers``: their names)."""
     first = next(iter(layers))
     lists = [
         (name, child)
@@ -527,9 +581,7 @@ def _sequence_parallel(module: nn.Module, layers: dict[str, nn.Linear], group: i
     then partial on each rank (norms, row-parallel biases: all but the split weights, the
     embeddings and the head), to be summed over the group."""
     name, blocks = _blocks(module, layers)
-    head = dict(module.named_modules()).get("lm_head")
-    if head is None:
-        raise ConfigError("tensor-parallel: sequence_parallel needs the model's output head, named lm_head")
+    head = dict(module.named_modules())["lm_head"]  # checked by _plan
     size = world_size(group)
 
     def split_input(block, args, kwargs):

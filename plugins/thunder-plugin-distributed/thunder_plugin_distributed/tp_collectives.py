@@ -31,9 +31,19 @@ def _like(x):
 
 
 def _summed(x: torch.Tensor, group: int) -> torch.Tensor:
-    out = x.detach().contiguous().clone()
-    dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group_of(group))
-    return out
+    return _sum_wait(_sum_start(x, group), None, None, None)
+
+
+def _sum_start(x: torch.Tensor, group: int) -> Pending:
+    """Issue the sum of ``x`` over the group (on a copy) without waiting for it."""
+    buffer = x.detach().contiguous().clone()
+    work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=group_of(group), async_op=True)
+    return Pending(work, buffer)
+
+
+def _sum_wait(pending: Pending, shape, dtype, device) -> torch.Tensor:
+    pending.work.wait()
+    return pending.result
 
 
 class _Copy(torch.autograd.Function):
@@ -89,26 +99,15 @@ tp_all_reduce = Symbol(
 )
 
 
-def _all_reduce_start_impl(x: torch.Tensor, group: int) -> Pending:
-    buffer = x.detach().contiguous().clone()
-    work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=group_of(group), async_op=True)
-    return Pending(work, buffer)
-
-
-def _all_reduce_wait_impl(pending: Pending, shape: tuple, dtype, device) -> torch.Tensor:
-    pending.work.wait()
-    return pending.result
-
-
 tp_all_reduce_start = Symbol(
     "tp_all_reduce_start",
-    _all_reduce_start_impl,
+    _sum_start,
     "tp_all_reduce_start",
     meta=lambda x, group: new_object_proxy(),
 )
 tp_all_reduce_wait = Symbol(
     "tp_all_reduce_wait",
-    _all_reduce_wait_impl,
+    _sum_wait,
     "tp_all_reduce_wait",
     meta=lambda pending, shape, dtype, device: new_tensor_proxy(shape, dtype, device),
 )
