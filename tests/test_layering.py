@@ -34,7 +34,7 @@ LAYERS = [
     ("executors",),
     ("plugins",),
     ("jit", "dynamo"),
-    ("inspection", "explain", "examine", "repro", "report"),
+    ("inspection", "explain", "examine", "repro", "report", "functional"),
     ("extend", "testing", "cli", "templates", "__main__", ""),
 ]
 

@@ -1,0 +1,163 @@
+"""``thunder_core.grad``, ``value_and_grad`` and ``vjp``: torch.func's signatures and results, as
+trace transforms that nest and compile into one trace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder_core
+from thunder_core.autodiff.fallback import AUTOGRAD_FALLBACK
+from thunder_core.testing.models import small_litgpt
+
+TOLERANCE = {"rtol": 1e-6, "atol": 1e-6}
+
+
+def _mlp_loss(params: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    hidden = torch.nn.functional.gelu(x @ params["w1"] + params["b1"])
+    return torch.nn.functional.mse_loss(hidden @ params["w2"], y)
+
+
+def _mlp(dtype=torch.float64):
+    generator = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    params = {"w1": randn(8, 16), "b1": randn(16), "w2": randn(16, 4)}
+    return params, randn(5, 8), randn(5, 4)
+
+
+def test_grad_of_a_loss_over_a_dict_of_parameters_is_torch_funcs():
+    params, x, y = _mlp()
+    ours = thunder_core.grad(_mlp_loss)(params, x, y)
+    expected = torch.func.grad(_mlp_loss)(params, x, y)
+    assert set(ours) == set(expected)
+    for name in expected:
+        torch.testing.assert_close(ours[name], expected[name], **TOLERANCE)
+
+
+def test_value_and_grad_and_grad_and_value_with_argnums_and_aux():
+    params, x, y = _mlp()
+
+    def loss_and_hidden(params, x, y):
+        hidden = x @ params["w1"]
+        return _mlp_loss(params, x, y), {"hidden": hidden}
+
+    ours = thunder_core.value_and_grad(loss_and_hidden, argnums=(0, 1), has_aux=True)(params, x, y)
+    expected = torch.func.grad_and_value(loss_and_hidden, argnums=(0, 1), has_aux=True)(params, x, y)
+    (value, aux), (param_grads, x_grad) = ours
+    (e_param_grads, e_x_grad), (e_value, e_aux) = expected
+    swapped = thunder_core.grad_and_value(loss_and_hidden, argnums=(0, 1), has_aux=True)(params, x, y)
+    torch.testing.assert_close(swapped[1][0], value, rtol=0, atol=0)  # torch.func's order
+    torch.testing.assert_close(value, e_value, **TOLERANCE)
+    torch.testing.assert_close(aux["hidden"], e_aux["hidden"], **TOLERANCE)
+    assert not aux["hidden"].requires_grad
+    torch.testing.assert_close(x_grad, e_x_grad, **TOLERANCE)
+    for name in e_param_grads:
+        torch.testing.assert_close(param_grads[name], e_param_grads[name], **TOLERANCE)
+    gradient, aux = thunder_core.grad(loss_and_hidden, argnums=1, has_aux=True)(params, x, y)
+    torch.testing.assert_close(gradient, e_x_grad, **TOLERANCE)
+
+
+def test_vjp_of_a_function_with_several_outputs_and_keyword_cotangents():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w = torch.randn(4, 4, dtype=torch.float64)
+
+    def f(x, w):
+        h = torch.tanh(x @ w)
+        return {"h": h, "norm": h.norm(dim=1)}
+
+    out, vjp_fn = thunder_core.vjp(f, x, w)
+    e_out, e_vjp_fn = torch.func.vjp(f, x, w)
+    cotangents = {"h": torch.randn(3, 4, dtype=torch.float64), "norm": torch.randn(3, dtype=torch.float64)}
+    for ours, expected in zip([*out.values(), *vjp_fn(cotangents)], [*e_out.values(), *e_vjp_fn(cotangents)]):
+        torch.testing.assert_close(ours, expected, **TOLERANCE)
+    with pytest.raises(thunder_core.ThunderCoreError, match="shaped like the output"):
+        vjp_fn(torch.ones(3, 4))
+
+
+def _f(x):
+    return (torch.sin(x) * x.pow(3)).sum()
+
+
+def test_grad_of_grad_and_hessian_vector_products():
+    x = torch.randn(6, dtype=torch.float64)
+    v = torch.randn(6, dtype=torch.float64)
+    second = thunder_core.grad(lambda x: thunder_core.grad(_f)(x).sum())(x)
+    expected = torch.func.grad(lambda x: torch.func.grad(_f)(x).sum())(x)
+    torch.testing.assert_close(second, expected, **TOLERANCE)
+    # H v as the VJP of the gradient (H is symmetric), compiled into one trace.
+    hvp = thunder_core.jit(lambda x, v: thunder_core.vjp(thunder_core.grad(_f), x)[1](v)[0])
+    expected = torch.func.jvp(torch.func.grad(_f), (x,), (v,))[1]
+    torch.testing.assert_close(hvp(x, v), expected, **TOLERANCE)
+
+
+def test_jit_of_a_transformed_function_is_one_trace_without_fallback():
+    params, x, y = _mlp(torch.float32)
+    jitted = thunder_core.jit(thunder_core.grad(_mlp_loss))
+    ours = jitted(params, x, y)
+    expected = torch.func.grad(_mlp_loss)(params, x, y)
+    for name in expected:
+        torch.testing.assert_close(ours[name], expected[name], rtol=1e-5, atol=1e-5)
+    traces = thunder_core.last_traces(jitted)
+    assert not thunder_core.last_backward_traces(jitted)  # the gradient is computed in the one program
+    assert not any(b.symbol.has_tag(AUTOGRAD_FALLBACK) for t in traces for b in t.bound_symbols)
+    executed = str(traces[-1])
+    assert "gelu" in executed and "matmul" in executed  # the forward and the backward, in one trace
+    jitted(params, x, y)
+    assert thunder_core.cache_info(jitted).hits == 1
+
+
+def test_a_transform_called_outside_jit_compiles_once_per_signature():
+    x = torch.randn(6)
+    grad_f = thunder_core.grad(_f)
+    first = grad_f(x)
+    torch.testing.assert_close(grad_f(x + 1), torch.func.grad(_f)(x + 1))
+    torch.testing.assert_close(first, torch.func.grad(_f)(x))
+    out, vjp_fn = thunder_core.vjp(torch.sin, x)
+    torch.testing.assert_close(vjp_fn(torch.ones(6))[0], torch.cos(x))
+    out, vjp_fn = thunder_core.vjp(torch.sin, x + 1)  # the compiled forward and backward are reused
+    torch.testing.assert_close(vjp_fn(torch.ones(6))[0], torch.cos(x + 1))
+
+
+def test_grad_inside_a_jitted_function_and_with_keyword_arguments():
+    x = torch.randn(4, 3)
+
+    def scaled(x, *, scale):
+        return (x.exp() * scale).sum()
+
+    jitted = thunder_core.jit(lambda x: thunder_core.grad(scaled)(x, scale=3.0) + 1)
+    torch.testing.assert_close(jitted(x), torch.func.grad(scaled)(x, scale=3.0) + 1)
+
+
+def test_grad_of_a_litgpt_block_through_functional_call():
+    """Stateless training of a real transformer block: gradients of its parameters, given as a
+    dict through torch.func.functional_call, equal torch.func's."""
+    torch.manual_seed(0)
+    model = small_litgpt(n_layer=1, n_embd=64, vocab=96, block_size=32)
+    block = model.transformer.h[0]
+    params = {name: p.detach() for name, p in block.named_parameters()}
+    x = torch.randn(2, 16, 64)
+    cos, sin = model.cos[:16].unsqueeze(0), model.sin[:16].unsqueeze(0)
+
+    def loss(params, x):
+        return torch.func.functional_call(block, params, (x, cos, sin)).pow(2).mean()
+
+    ours = thunder_core.grad(loss, argnums=(0, 1))(params, x)
+    expected = torch.func.grad(loss, argnums=(0, 1))(params, x)
+    torch.testing.assert_close(ours[1], expected[1], rtol=1e-5, atol=1e-6)
+    for name in expected[0]:
+        torch.testing.assert_close(ours[0][name], expected[0][name], rtol=1e-5, atol=1e-6)
+
+
+def test_bad_input_gets_a_clear_error():
+    x = torch.randn(3)
+    with pytest.raises(thunder_core.ThunderCoreError, match="one element"):
+        thunder_core.grad(torch.sin)(x)
+    with pytest.raises(thunder_core.ThunderCoreError, match="floating-point"):
+        thunder_core.grad(lambda n: n.float().sum())(torch.arange(3))
+    with pytest.raises(thunder_core.ThunderCoreError, match="argnums 2"):
+        thunder_core.grad(_f, argnums=2)(x)
+    with pytest.raises(thunder_core.ThunderCoreError, match=r"\(output, aux\)"):
+        thunder_core.grad(_f, has_aux=True)(x)

@@ -1,0 +1,281 @@
+"""Functional transforms with torch.func's signatures, as trace transforms: ``grad``,
+``grad_and_value`` (and ``value_and_grad``, the same in JAX's order) and ``vjp``.
+
+Called while ``thunder_core.jit`` captures a function (``jit(grad(f))``, or ``grad(f)`` inside a
+jitted function or module), a transform records ``f`` on stand-ins of the differentiated
+arguments, splits that record into a forward and a backward with the VJP rules autodiff uses,
+and replays both into the program being captured: the result is one trace, which the executors
+fuse like any other. Nested transforms (``grad(grad(f))``) differentiate the replayed backward
+of the inner one. Called outside a capture, ``grad(f)`` and ``value_and_grad(f)`` compile
+themselves with ``thunder_core.jit`` on first use (one cached program per input signature);
+``vjp(f, *primals)`` returns the output and a ``vjp_fn`` compiled the same way, which computes
+the forward again with the backward (inside a capture, both are one trace and nothing is
+recomputed).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from thunder_core.capture.recorder import Recorder
+from thunder_core.errors import ThunderCoreError
+from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
+from thunder_core.ir.symbols import active_recorder, pop_recorder, push_recorder
+from thunder_core.ir.trace import Trace
+from thunder_core.ir.tree import leaves, tree_map
+
+#: The function a transform compiles when called outside a capture, per transformed function.
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: ``vjp``'s compiled forward and backward outside a capture, per function and has_aux.
+_VJP_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _Differentiated:
+    """``fn`` recorded on stand-ins of the differentiated tensors, split into forward and
+    backward, with the forward replayed into the capture in progress."""
+
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict, positions: list[int], has_aux: bool):
+        from thunder_core.autodiff.helpers import ops  # autodiff is imported when first used
+        from thunder_core.autodiff.joint import split_forward_backward
+
+        recorder = active_recorder()
+        flat, spec = pytree.tree_flatten(args)
+        self.primals = flat
+        self.wanted = positions  # flat positions whose gradients are asked for
+        stand_ins = list(flat)
+        self.inputs = []
+        for i in positions:
+            leaf = flat[i]
+            if not isinstance(leaf, TensorProxy):
+                raise ThunderCoreError(
+                    f"thunder_core: a differentiated argument must be a tensor, got {type(leaf).__name__}"
+                )
+            if not (leaf.dtype.is_floating_point or leaf.dtype.is_complex):
+                raise ThunderCoreError(
+                    f"thunder_core: only floating-point and complex tensors have gradients; a differentiated "
+                    f"argument is {leaf.dtype}"
+                )
+            stand_ins[i] = TensorProxy(
+                recorder.namer(),
+                leaf.shape,
+                leaf.dtype,
+                leaf.device,
+                requires_grad=True,
+                strides=leaf.stride(),
+            )
+            self.inputs.append(stand_ins[i])
+        inner = Recorder(recorder.namer, top_level=recorder.top_level)
+        push_recorder(inner)
+        try:
+            result = fn(*pytree.tree_unflatten(stand_ins, spec), **kwargs)
+            if has_aux:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise ThunderCoreError(
+                        "thunder_core: with has_aux=True the function must return (output, aux), got "
+                        f"{type(result).__name__}"
+                    )
+                output, aux = result
+                with torch._C.DisableTorchFunction():  # thunder_core's own symbol call, not the user's
+                    aux = tree_map(lambda x: ops.detach(x) if isinstance(x, TensorProxy) else x, aux)
+            else:
+                output, aux = result, None
+        finally:
+            pop_recorder()
+        trace = Trace(inputs=self.inputs, bound_symbols=inner.bound_symbols, output=(output, aux))
+        # thunder_core's own work from here: the capture's torch-function mode must not see the
+        # torch calls that compute metadata (they are not the user's program).
+        with torch._C.DisableTorchFunction():
+            split = split_forward_backward(trace)
+            self.split = split
+            self._renamed: dict[int, Any] = {id(s): flat[i] for s, i in zip(self.inputs, positions)}
+            self._replay(split.forward.bound_symbols)
+        flat_outputs, self.saved = split.forward.output
+        self.flat_outputs = [self._rename(x) for x in flat_outputs]
+        output_structure = split.output_structure
+        values = tree_map(lambda i: self.flat_outputs[i], output_structure)
+        self.output, self.aux = values
+        self.differentiable = split.output_differentiable
+
+    def _rename(self, x):
+        return self._renamed.get(id(x), x) if isinstance(x, PROXY_TYPES) else x
+
+    def _replay(self, bound_symbols) -> None:
+        for bsym in bound_symbols:
+            out = bsym.symbol(*tree_map(self._rename, bsym.args), **tree_map(self._rename, bsym.kwargs))
+            for old, new in zip(leaves(bsym.output), leaves(out)):
+                if isinstance(old, PROXY_TYPES) and old is not new:
+                    self._renamed[id(old)] = new
+
+    def gradients(self, cotangents: list) -> list:
+        """The gradients of the wanted primals (zeros where nothing flows) for one cotangent per
+        flat leaf of the output (None: zero)."""
+        from thunder_core.autodiff.helpers import ops
+
+        backward = self.split.backward
+        grad_inputs = backward.inputs[len(self.saved) :]
+        pairs = [  # the backward takes one cotangent per differentiable output (aux is detached)
+            (ct, out) for ct, out, diff in zip(cotangents, self.flat_outputs, self.differentiable) if diff
+        ]
+        if len(pairs) != len(grad_inputs):
+            raise ThunderCoreError("thunder_core: one cotangent per output is needed")  # a bug, never silent
+        with torch._C.DisableTorchFunction():
+            for proxy, (ct, out) in zip(grad_inputs, pairs):
+                self._renamed[id(proxy)] = ops.zeros_like(out) if ct is None else ct
+            self._replay(backward.bound_symbols)
+            grads = [self._rename(g) for g in backward.output]
+            return [ops.zeros_like(self.primals[i]) if g is None else g for g, i in zip(grads, self.wanted)]
+
+
+def _positions(args: tuple, argnums) -> tuple[list[int], Callable]:
+    """The flat leaf positions of ``args[argnums]`` and how to rebuild the gradients' structure."""
+    single = isinstance(argnums, int)
+    numbers = (argnums,) if single else tuple(argnums)
+    if not numbers:
+        raise ThunderCoreError("thunder_core.grad: argnums must name at least one argument")
+    for n in numbers:
+        if not isinstance(n, int) or not -len(args) <= n < len(args):
+            raise ThunderCoreError(
+                f"thunder_core.grad: argnums {argnums!r} names no argument of a call with {len(args)} arguments"
+            )
+    numbers = tuple(n % len(args) for n in numbers)
+    positions, specs, offset = [], [], 0
+    for n, arg in enumerate(args):
+        flat, spec = pytree.tree_flatten(arg)
+        if n in numbers:
+            positions.append(list(range(offset, offset + len(flat))))
+            specs.append((n, spec))
+        offset += len(flat)
+    order = {n: k for k, (n, _) in enumerate(specs)}
+
+    def rebuild(grads: list):
+        parts, start = [], 0
+        for (_, spec), flat_positions in zip(specs, positions):
+            parts.append(pytree.tree_unflatten(grads[start : start + len(flat_positions)], spec))
+            start += len(flat_positions)
+        if single:
+            return parts[0]
+        return tuple(parts[order[n]] for n in numbers)
+
+    return [p for group in positions for p in group], rebuild
+
+
+def _scalar(output) -> None:
+    if not isinstance(output, torch.Tensor) or output.numel() != 1:
+        shape = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+        raise ThunderCoreError(
+            f"thunder_core.grad: the function must return a tensor with one element, got {shape}; "
+            "use thunder_core.vjp for other outputs"
+        )
+
+
+def _compiled_outside_capture(transformed: Callable, inside: Callable) -> Callable:
+    """``transformed`` runs ``inside`` while a capture is in progress, else a jit of it."""
+
+    @functools.wraps(transformed)
+    def call(*args, **kwargs):
+        if active_recorder() is not None:
+            return inside(*args, **kwargs)
+        compiled = _COMPILED.get(call)
+        if compiled is None:
+            from thunder_core.jit.function import ThunderFunction
+
+            compiled = _COMPILED[call] = ThunderFunction.from_arguments(inside, {})
+        return compiled(*args, **kwargs)
+
+    return call
+
+
+def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
+    """``grad_and_value`` in the order JAX and the issue tracker's users expect: a function returning
+    ``(fn(*args), gradient)`` (or
+    ``((output, aux), gradient)`` with ``has_aux``), the gradient of the one-element output with
+    respect to ``args[argnums]`` (a tuple of them for a tuple ``argnums``; pytrees as given)."""
+
+    def inside(*args, **kwargs):
+        positions, rebuild = _positions(args, argnums)
+        done = _Differentiated(fn, args, kwargs, positions, has_aux)
+        _scalar(done.output)
+        from thunder_core.autodiff.helpers import ops
+
+        with torch._C.DisableTorchFunction():
+            cotangents = [ops.ones_like(done.output)]
+        gradient = rebuild(done.gradients(cotangents))
+        value = (done.output, done.aux) if has_aux else done.output
+        return value, gradient
+
+    return _compiled_outside_capture(fn, inside)
+
+
+def grad_and_value(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
+    """``torch.func.grad_and_value``: ``(gradient, fn(*args))`` (``(gradient, (output, aux))``
+    with ``has_aux``)."""
+    both = value_and_grad(fn, argnums, has_aux)
+
+    def inside(*args, **kwargs):
+        value, gradient = both(*args, **kwargs)
+        return gradient, value
+
+    return _compiled_outside_capture(fn, inside)
+
+
+def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
+    """``torch.func.grad``: a function returning the gradient of ``fn``'s one-element output with
+    respect to ``args[argnums]`` (and ``aux`` with ``has_aux``: ``(gradient, aux)``)."""
+    both = value_and_grad(fn, argnums, has_aux)
+
+    def inside(*args, **kwargs):
+        value, gradient = both(*args, **kwargs)
+        return (gradient, value[1]) if has_aux else gradient
+
+    return _compiled_outside_capture(fn, inside)
+
+
+def vjp(fn: Callable, *primals, has_aux: bool = False):
+    """``torch.func.vjp``: ``(fn(*primals), vjp_fn)`` (``(output, vjp_fn, aux)`` with
+    ``has_aux``); ``vjp_fn(cotangents)`` (shaped like the output) returns one gradient per primal,
+    shaped like it."""
+    if active_recorder() is None:
+        return _vjp_outside_capture(fn, primals, has_aux)
+    done = _Differentiated(fn, primals, {}, list(range(len(pytree.tree_leaves(primals)))), has_aux)
+    spec = pytree.tree_structure(primals)
+    output_spec = pytree.tree_structure(done.output)
+
+    def vjp_fn(cotangents):
+        flat, given_spec = pytree.tree_flatten(cotangents)
+        if given_spec != output_spec:
+            raise ThunderCoreError(
+                f"thunder_core.vjp: the cotangents must be shaped like the output ({output_spec}), got {given_spec}"
+            )
+        return pytree.tree_unflatten(done.gradients(flat), spec)
+
+    return (done.output, vjp_fn, done.aux) if has_aux else (done.output, vjp_fn)
+
+
+def _vjp_outside_capture(fn: Callable, primals: tuple, has_aux: bool):
+    compiled = _VJP_COMPILED.setdefault(fn, {})
+    if has_aux not in compiled:
+
+        def forward(*primals):
+            found = vjp(fn, *primals, has_aux=has_aux)
+            return (found[0], found[2]) if has_aux else found[0]
+
+        def backward(cotangents, *primals):
+            return vjp(fn, *primals, has_aux=has_aux)[1](cotangents)
+
+        compiled[has_aux] = (_compiled_outside_capture(fn, forward), _compiled_outside_capture(fn, backward))
+    compiled_forward, compiled_backward = compiled[has_aux]
+    result = compiled_forward(*primals)
+
+    def vjp_fn(cotangents):
+        return compiled_backward(cotangents, *primals)
+
+    if has_aux:
+        output, aux = result
+        return output, vjp_fn, aux
+    return result, vjp_fn
