@@ -161,3 +161,128 @@ def test_bad_input_gets_a_clear_error():
         thunder_core.grad(_f, argnums=2)(x)
     with pytest.raises(thunder_core.ThunderCoreError, match=r"\(output, aux\)"):
         thunder_core.grad(_f, has_aux=True)(x)
+
+
+def test_jvp_is_torch_funcs_also_of_a_gradient():
+    x = torch.randn(4, 3, dtype=torch.float64)
+    w = torch.randn(3, 3, dtype=torch.float64)
+    tangents = (torch.randn_like(x), torch.randn_like(w))
+
+    def f(x, w):
+        return {"y": torch.tanh(x @ w) * x.sum(), "s": (x * w[0]).sum()}
+
+    out, jvp_out = thunder_core.jvp(f, (x, w), tangents)
+    e_out, e_jvp_out = torch.func.jvp(f, (x, w), tangents)
+    for key in e_out:
+        torch.testing.assert_close(out[key], e_out[key], **TOLERANCE)
+        torch.testing.assert_close(jvp_out[key], e_jvp_out[key], **TOLERANCE)
+    # Forward-over-reverse Hessian-vector product, compiled into one trace.
+    v = torch.randn(6, dtype=torch.float64)
+    y = torch.randn(6, dtype=torch.float64)
+    hvp = thunder_core.jit(lambda y, v: thunder_core.jvp(thunder_core.grad(_f), (y,), (v,))[1])
+    torch.testing.assert_close(hvp(y, v), torch.func.jvp(torch.func.grad(_f), (y,), (v,))[1], **TOLERANCE)
+    with pytest.raises(thunder_core.ThunderCoreError, match="shaped like the primals"):
+        thunder_core.jvp(f, (x, w), (tangents[0],))
+
+
+# --- torch.func on the OpInfo samples ------------------------------------------------------------
+
+#: Where thunder_core.vjp / thunder_core.jvp are known to differ from torch.func or fail (first
+#: float32 sample of each OpInfo that supports autograd), and why.
+KNOWN_VJP_FAILURES = {
+    "masked_select": "the output's shape depends on tensor data",
+    "nn.functional.gaussian_nll_loss": "reads tensor data (a value check)",
+    "nn.functional.rrelu": "random: another draw than torch.func's",
+    "zero_": "in-place on a differentiated input: refused",
+}
+KNOWN_JVP_FAILURES = {
+    **KNOWN_VJP_FAILURES,
+    "as_strided_scatter": "overlapping strides: the transposed VJP sums where torch's forward rule writes once",
+    "nn.functional.max_unpool2d": "repeated indices: which write wins differs",
+    "nn.functional.max_unpool3d": "repeated indices: which write wins differs",
+    "logcumsumexp": "to be investigated: nan against torch's forward rule",
+    "scatter_reduce.prod": "to be investigated",
+    "linalg.cholesky": "a non-symmetric tangent: the VJP symmetrizes, torch's forward rule does not",
+}
+
+
+def _opinfo_transform_sweep() -> dict:
+    from thunder_core.testing.opinfo import grad_cases, op_db, opinfo_id
+
+    results = {"vjp": {"own": [], "fallback": [], "failed": {}}, "jvp": {"passed": [], "failed": {}}}
+    for opinfo in op_db():
+        if not opinfo.supports_autograd:
+            continue
+        try:
+            case = grad_cases(opinfo, n=1)[0]
+        except Exception:  # noqa: BLE001 - no sample on this CPU: not counted
+            continue
+        leaves = [t.detach() for t in case.leaves]
+        positions = [i for i, t in enumerate(leaves) if t.dtype.is_floating_point]
+
+        def f(*xs, leaves=leaves, positions=positions, case=case):
+            full = list(leaves)
+            for i, x in zip(positions, xs):
+                full[i] = x
+            return case.fn(*full)
+
+        primals = [leaves[i] for i in positions]
+        try:
+            out = f(*primals)
+            if not (
+                isinstance(out, torch.Tensor) and out.dtype.is_floating_point and out.layout == torch.strided
+            ):
+                continue
+            cotangent = torch.randn_like(out)
+            expected = torch.func.vjp(f, *primals)[1](cotangent)
+            tangents = tuple(torch.randn_like(x) for x in primals)
+            expected_jvp = torch.func.jvp(f, tuple(primals), tangents)[1]
+        except Exception:  # noqa: BLE001 - torch.func itself cannot: not counted
+            continue
+        name = opinfo_id(opinfo)
+        try:
+            jitted = thunder_core.jit(lambda ct, *xs, f=f: thunder_core.vjp(f, *xs)[1](ct))
+            torch.testing.assert_close(
+                list(jitted(cotangent, *primals)), list(expected), atol=1e-4, rtol=1e-4, equal_nan=True
+            )
+            fallback = any(
+                b.symbol.has_tag(AUTOGRAD_FALLBACK)
+                for t in thunder_core.last_traces(jitted)
+                for b in t.bound_symbols
+            )
+            results["vjp"]["fallback" if fallback else "own"].append(name)
+        except Exception as error:  # noqa: BLE001 - reported by name below
+            results["vjp"]["failed"][name] = f"{type(error).__name__}: {str(error)[:120]}"
+        try:
+            jitted = thunder_core.jit(lambda xs, ts, f=f: thunder_core.jvp(f, xs, ts)[1])
+            torch.testing.assert_close(
+                jitted(tuple(primals), tangents), expected_jvp, atol=1e-4, rtol=1e-4, equal_nan=True
+            )
+            results["jvp"]["passed"].append(name)
+        except Exception as error:  # noqa: BLE001 - reported by name below
+            results["jvp"]["failed"][name] = f"{type(error).__name__}: {str(error)[:120]}"
+    return results
+
+
+@pytest.mark.slow
+def test_vjp_and_jvp_against_torch_func_on_the_opinfo_samples():
+    results = _opinfo_transform_sweep()
+    vjp, jvp = results["vjp"], results["jvp"]
+    vjp_passed = len(vjp["own"]) + len(vjp["fallback"])
+    vjp_total = vjp_passed + len(vjp["failed"])
+    jvp_total = len(jvp["passed"]) + len(jvp["failed"])
+    print(
+        f"\nOpInfo transforms against torch.func (first float32 sample, CPU): vjp {vjp_passed}/{vjp_total} "
+        f"({len(vjp['own'])} with thunder_core's own VJP rules, {len(vjp['fallback'])} with the PyTorch-autograd "
+        f"fallback for some op, {len(vjp['failed'])} fail); jvp {len(jvp['passed'])}/{jvp_total} (all as the "
+        f"transpose of the VJP: no forward-mode rules of its own yet; {len(jvp['failed'])} fail)"
+    )
+    assert vjp_passed / vjp_total >= 0.98 and len(jvp["passed"]) / jvp_total >= 0.95
+    for kind, known in (("vjp", KNOWN_VJP_FAILURES), ("jvp", KNOWN_JVP_FAILURES)):
+        failed = results[kind]["failed"]
+        assert not {k: v for k, v in failed.items() if k not in known}, f"new {kind} failures"
+        assert not [
+            k
+            for k in known
+            if k not in failed and k in results[kind].get("passed", vjp["own"] + vjp["fallback"])
+        ], f"these {kind} cases now pass: remove them from the known failures"

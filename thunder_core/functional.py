@@ -34,6 +34,7 @@ from thunder_core.ir.tree import leaves, tree_map
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: ``vjp``'s compiled forward and backward outside a capture, per function and has_aux.
 _VJP_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_JVP_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _Differentiated:
@@ -73,7 +74,8 @@ class _Differentiated:
         inner = Recorder(recorder.namer, top_level=recorder.top_level)
         push_recorder(inner)
         try:
-            result = fn(*pytree.tree_unflatten(stand_ins, spec), **kwargs)
+            with torch.enable_grad():  # a transform differentiates under any outer grad mode, as torch.func's
+                result = fn(*pytree.tree_unflatten(stand_ins, spec), **kwargs)
             if has_aux:
                 if not (isinstance(result, tuple) and len(result) == 2):
                     raise ThunderCoreError(
@@ -90,7 +92,7 @@ class _Differentiated:
         trace = Trace(inputs=self.inputs, bound_symbols=inner.bound_symbols, output=(output, aux))
         # thunder_core's own work from here: the capture's torch-function mode must not see the
         # torch calls that compute metadata (they are not the user's program).
-        with torch._C.DisableTorchFunction():
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
             split = split_forward_backward(trace)
             self.split = split
             self._renamed: dict[int, Any] = {id(s): flat[i] for s, i in zip(self.inputs, positions)}
@@ -115,7 +117,7 @@ class _Differentiated:
     def gradients(self, cotangents: list) -> list:
         """The gradients of the wanted primals (zeros where nothing flows) for one cotangent per
         flat leaf of the output (None: zero)."""
-        from thunder_core.autodiff.helpers import ops
+        from thunder_core.autodiff.helpers import like, ops
 
         backward = self.split.backward
         grad_inputs = backward.inputs[len(self.saved) :]
@@ -124,12 +126,16 @@ class _Differentiated:
         ]
         if len(pairs) != len(grad_inputs):
             raise ThunderCoreError("thunder_core: one cotangent per output is needed")  # a bug, never silent
-        with torch._C.DisableTorchFunction():
+        with torch._C.DisableTorchFunction(), torch.enable_grad():
             for proxy, (ct, out) in zip(grad_inputs, pairs):
                 self._renamed[id(proxy)] = ops.zeros_like(out) if ct is None else ct
             self._replay(backward.bound_symbols)
             grads = [self._rename(g) for g in backward.output]
-            return [ops.zeros_like(self.primals[i]) if g is None else g for g, i in zip(grads, self.wanted)]
+            # As autograd leaves them: zeros where nothing flows, each in its primal's dtype.
+            return [
+                ops.zeros_like(self.primals[i]) if g is None else like(g, self.primals[i])
+                for g, i in zip(grads, self.wanted)
+            ]
 
 
 def _positions(args: tuple, argnums) -> tuple[list[int], Callable]:
@@ -255,6 +261,43 @@ def vjp(fn: Callable, *primals, has_aux: bool = False):
         return pytree.tree_unflatten(done.gradients(flat), spec)
 
     return (done.output, vjp_fn, done.aux) if has_aux else (done.output, vjp_fn)
+
+
+def jvp(fn: Callable, primals: tuple, tangents: tuple, *, has_aux: bool = False):
+    """``torch.func.jvp``: ``(fn(*primals), J @ tangents)`` (``(output, jvp_out, aux)`` with
+    ``has_aux``), shaped like the output.
+
+    Computed as the transpose of the VJP: the VJP ``u -> J^T u`` is linear in ``u``, so its own
+    VJP at the tangents is ``J @ tangents`` (a VJP of the VJP, with the second-order VJP rules);
+    forward-mode rules of their own are not written yet.
+    """
+    if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
+        raise ThunderCoreError(
+            "thunder_core.jvp: primals and tangents must be tuples, as torch.func.jvp takes them"
+        )
+    if active_recorder() is None:
+        compiled = _JVP_COMPILED.setdefault(fn, {})
+        if has_aux not in compiled:
+            compiled[has_aux] = _compiled_outside_capture(
+                fn, lambda primals, tangents: jvp(fn, primals, tangents, has_aux=has_aux)
+            )
+        return compiled[has_aux](primals, tangents)
+    if pytree.tree_structure(primals) != pytree.tree_structure(tangents):
+        raise ThunderCoreError("thunder_core.jvp: the tangents must be shaped like the primals")
+    done = _Differentiated(fn, primals, {}, list(range(len(pytree.tree_leaves(primals)))), has_aux)
+    flat_output, output_spec = pytree.tree_flatten(done.output)
+    from thunder_core.autodiff.helpers import ops
+
+    with torch._C.DisableTorchFunction():
+        zeros = tuple(ops.zeros_like(x) for x in flat_output)  # where the (linear) pullback is taken
+
+    def pullback(*cotangents):
+        return tuple(done.gradients(list(cotangents)))
+
+    transposed = _Differentiated(pullback, zeros, {}, list(range(len(zeros))), False)
+    flat_tangents = pytree.tree_leaves(tangents)
+    jvp_out = pytree.tree_unflatten(transposed.gradients(flat_tangents), output_spec)
+    return (done.output, jvp_out, done.aux) if has_aux else (done.output, jvp_out)
 
 
 def _vjp_outside_capture(fn: Callable, primals: tuple, has_aux: bool):

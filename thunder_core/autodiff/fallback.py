@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from thunder_core.capture.meta import run_on_meta
+from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import ObjectProxy, TensorProxy
 from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
@@ -37,11 +38,21 @@ def _forward_impl(fn, args, kwargs, differentiable):
         args, kwargs = tree_map(detach, args), tree_map(detach, kwargs)
         out = fn(*args, **kwargs)
     values = tree_map(lambda y: y.detach() if isinstance(y, torch.Tensor) else y, out)
-    return values, (inputs, out)
+    return values, _Graph(inputs, out)
+
+
+class _Graph:
+    """The handle: the detached inputs and the outputs of one run, with autograd's graph between
+    them (one object, so tree walks over a call's arguments see it as one value)."""
+
+    __slots__ = ("inputs", "out")
+
+    def __init__(self, inputs: list, out):
+        self.inputs, self.out = inputs, out
 
 
 def _backward_impl(handle, inputs, grads):
-    leaf_inputs, out = handle
+    leaf_inputs, out = handle.inputs, handle.out
     pairs = [
         (o, g)
         for o, g in zip(leaves(out), grads)
@@ -50,19 +61,33 @@ def _backward_impl(handle, inputs, grads):
     if not pairs:
         return tuple(torch.zeros_like(x) for x in leaf_inputs)
     outs, gs = zip(*pairs)
-    grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True)
+    # Differentiated again with respect to the incoming gradients (a functional transform's
+    # jvp, which transposes this linear map): keep the graph from them to the result.
+    again = torch.is_grad_enabled() and any(g.requires_grad for g in gs)
+    grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True, create_graph=again)
     return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaf_inputs))
 
 
 def _forward_meta(fn, args, kwargs, differentiable):
     recorder = active_recorder()
-    out = run_on_meta(fn, args, kwargs, recorder.new_proxy, inplace=False)
+    if (
+        fn is _backward_impl
+    ):  # the backward of another fallback, differentiated again: its handle is no tensor
+        out = _backward_meta(*args, **kwargs)
+    else:
+        out = run_on_meta(fn, args, kwargs, recorder.new_proxy, inplace=False)
     return out, ObjectProxy(recorder.namer("h"))
 
 
 def _backward_meta(handle, inputs, grads):
     recorder = active_recorder()
-    return tuple(recorder.new_proxy(x.shape, x.dtype, x.device, False, x.stride()) for x in inputs)
+    # Needs a gradient when the incoming gradients or the inputs do: differentiated again, it is
+    # linear in the gradients (a functional transform's jvp); the inputs' second derivatives are
+    # refused by ``fallback_rule``, never silently zero.
+    again = torch.is_grad_enabled() and any(
+        isinstance(x, TensorProxy) and x.requires_grad for x in (*grads, *inputs)
+    )
+    return tuple(recorder.new_proxy(x.shape, x.dtype, x.device, again, x.stride()) for x in inputs)
 
 
 fallback_forward = Symbol(
@@ -85,6 +110,15 @@ def fallback_rule(symbol: Symbol):
     """A VJP rule that differentiates ``symbol.impl`` with PyTorch autograd at run time."""
 
     def rule(*args, **kwargs):
+        if symbol is fallback_backward and any(
+            isinstance(x, TensorProxy) and x.requires_grad for x in leaves(args[1])
+        ):
+            raise ThunderCoreError(
+                "thunder_core: an operation without a VJP rule of thunder_core's (its gradient is PyTorch "
+                "autograd's, at run time) is differentiated twice with respect to its inputs (grad of grad, "
+                "or a gradient inside a training step); that needs a VJP rule of its own. Use torch.func for "
+                "this function, or leave it un-jitted."
+            )
         flat = list(leaves((args, kwargs)))
         differentiable = tuple(isinstance(x, TensorProxy) and x.requires_grad for x in flat)
         out, handle = fallback_forward(symbol.impl, args, kwargs, differentiable)

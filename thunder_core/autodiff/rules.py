@@ -500,14 +500,18 @@ def _(out, g, a, dim, *, dtype=None):
 def _(out, g, a, dim=None, _stacklevel=3, dtype=None):
     if dim is None:
         raise NoRule
-    return [(a, like(K.softmax_backward(g, out, canonical_dim(dim, a.ndim), a.dtype), a))]
+    # The kernel in the output's dtype, then cast: with dtype= (an upcast), ATen's CPU kernel returns the
+    # gradient's dtype whatever input_dtype says, while its meta says input_dtype.
+    return [(a, like(K.softmax_backward(g, out, canonical_dim(dim, a.ndim), out.dtype), a))]
 
 
 @_simple("log_softmax")
 def _(out, g, a, dim=None, _stacklevel=3, dtype=None):
     if dim is None:
         raise NoRule
-    return [(a, like(K.log_softmax_backward(g, out, canonical_dim(dim, a.ndim), a.dtype), a))]
+    # The kernel in the output's dtype, then cast: with dtype= (an upcast), ATen's CPU kernel returns the
+    # gradient's dtype whatever input_dtype says, while its meta says input_dtype.
+    return [(a, like(K.log_softmax_backward(g, out, canonical_dim(dim, a.ndim), out.dtype), a))]
 
 
 # Linear algebra.

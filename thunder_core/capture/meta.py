@@ -47,7 +47,9 @@ def _target_device(args, kwargs) -> torch.device:
 def _sample(x):
     if isinstance(x, TensorProxy):
         if x.dtype.is_floating_point or x.dtype.is_complex:
-            return torch.rand(x.shape, dtype=x.dtype)  # in [0, 1): passes value checks such as weights >= 0
+            sample = torch.rand(x.shape, dtype=x.dtype)  # in [0, 1): passes value checks such as weights >= 0
+            # A proxy that requires grad: a non-leaf that does, so the outputs say whether they need one.
+            return sample.requires_grad_().clone() if x.requires_grad else sample
         return torch.zeros(x.shape, dtype=x.dtype)
     if isinstance(x, torch.Tensor):
         return x.detach().cpu()
