@@ -158,7 +158,7 @@ def test_all_reduces_are_started_early_and_overlap_the_backward(runs, model):
                 pending = True
             elif op == "tp_all_reduce_wait":
                 pending = False
-            elif pending and op == "matmul":  # a weight gradient computed while the sum travels
+            elif pending and op not in ("del", "tp_all_reduce_start"):  # compute while the sum travels
                 overlapped = True
         assert ops.count("tp_all_reduce_start") >= 2 and overlapped, ops
 
