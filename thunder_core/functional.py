@@ -30,11 +30,29 @@ from thunder_core.ir.symbols import active_recorder, pop_recorder, push_recorder
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves, tree_map
 
-#: The function a transform compiles when called outside a capture, per transformed function.
+#: What a transform compiles when called outside a capture: per transformed function (a bound
+#: method's function), {(transform and its options, the method's object): compiled}. So
+#: ``thunder_core.grad(f)(x)`` written inline in a loop compiles once, as ``torch.func`` users write it.
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: ``vjp``'s compiled forward and backward outside a capture, per function and has_aux.
-_VJP_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_JVP_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_COMPILED_STRONG: dict = {}  # for callables that cannot be weakly referenced
+
+
+def _cached(fn: Callable, key: tuple, make: Callable):
+    owner = getattr(fn, "__func__", fn)
+    key = (*key, id(getattr(fn, "__self__", None)))  # the compiled function keeps that object alive
+    try:
+        table = _COMPILED.setdefault(owner, {})
+    except TypeError:
+        table = _COMPILED_STRONG.setdefault(owner, {})
+    if key not in table:
+        table[key] = make()
+    return table[key]
+
+
+def _jitted(inside: Callable):
+    from thunder_core.jit.function import ThunderFunction
+
+    return ThunderFunction.from_arguments(inside, {})
 
 
 class _Differentiated:
@@ -180,21 +198,21 @@ def _scalar(output) -> None:
         )
 
 
-def _compiled_outside_capture(transformed: Callable, inside: Callable) -> Callable:
-    """``transformed`` runs ``inside`` while a capture is in progress, else a jit of it."""
+def _compiled_outside_capture(fn: Callable, key: tuple, inside: Callable) -> Callable:
+    """A function like ``fn`` that runs ``inside`` while a capture is in progress, else a jit of it
+    (one per ``fn`` and ``key``)."""
 
-    @functools.wraps(transformed)
+    @functools.wraps(fn)
     def call(*args, **kwargs):
         if active_recorder() is not None:
             return inside(*args, **kwargs)
-        compiled = _COMPILED.get(call)
-        if compiled is None:
-            from thunder_core.jit.function import ThunderFunction
-
-            compiled = _COMPILED[call] = ThunderFunction.from_arguments(inside, {})
-        return compiled(*args, **kwargs)
+        return _cached(fn, key, lambda: _jitted(inside))(*args, **kwargs)
 
     return call
+
+
+def _argnums_key(argnums) -> object:
+    return argnums if isinstance(argnums, int) else tuple(argnums)
 
 
 def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
@@ -215,7 +233,7 @@ def value_and_grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bo
         value = (done.output, done.aux) if has_aux else done.output
         return value, gradient
 
-    return _compiled_outside_capture(fn, inside)
+    return _compiled_outside_capture(fn, ("value_and_grad", _argnums_key(argnums), has_aux), inside)
 
 
 def grad_and_value(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
@@ -227,7 +245,7 @@ def grad_and_value(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bo
         value, gradient = both(*args, **kwargs)
         return gradient, value
 
-    return _compiled_outside_capture(fn, inside)
+    return _compiled_outside_capture(fn, ("grad_and_value", _argnums_key(argnums), has_aux), inside)
 
 
 def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
@@ -239,7 +257,7 @@ def grad(fn: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False
         value, gradient = both(*args, **kwargs)
         return (gradient, value[1]) if has_aux else gradient
 
-    return _compiled_outside_capture(fn, inside)
+    return _compiled_outside_capture(fn, ("grad", _argnums_key(argnums), has_aux), inside)
 
 
 def vjp(fn: Callable, *primals, has_aux: bool = False):
@@ -276,12 +294,8 @@ def jvp(fn: Callable, primals: tuple, tangents: tuple, *, has_aux: bool = False)
             "thunder_core.jvp: primals and tangents must be tuples, as torch.func.jvp takes them"
         )
     if active_recorder() is None:
-        compiled = _JVP_COMPILED.setdefault(fn, {})
-        if has_aux not in compiled:
-            compiled[has_aux] = _compiled_outside_capture(
-                fn, lambda primals, tangents: jvp(fn, primals, tangents, has_aux=has_aux)
-            )
-        return compiled[has_aux](primals, tangents)
+        compiled = _cached(fn, ("jvp", has_aux), lambda: _jitted(lambda p, t: jvp(fn, p, t, has_aux=has_aux)))
+        return compiled(primals, tangents)
     if pytree.tree_structure(primals) != pytree.tree_structure(tangents):
         raise ThunderCoreError("thunder_core.jvp: the tangents must be shaped like the primals")
     done = _Differentiated(fn, primals, {}, list(range(len(pytree.tree_leaves(primals)))), has_aux)
@@ -301,18 +315,15 @@ def jvp(fn: Callable, primals: tuple, tangents: tuple, *, has_aux: bool = False)
 
 
 def _vjp_outside_capture(fn: Callable, primals: tuple, has_aux: bool):
-    compiled = _VJP_COMPILED.setdefault(fn, {})
-    if has_aux not in compiled:
+    def forward(*primals):
+        found = vjp(fn, *primals, has_aux=has_aux)
+        return (found[0], found[2]) if has_aux else found[0]
 
-        def forward(*primals):
-            found = vjp(fn, *primals, has_aux=has_aux)
-            return (found[0], found[2]) if has_aux else found[0]
+    def backward(cotangents, *primals):
+        return vjp(fn, *primals, has_aux=has_aux)[1](cotangents)
 
-        def backward(cotangents, *primals):
-            return vjp(fn, *primals, has_aux=has_aux)[1](cotangents)
-
-        compiled[has_aux] = (_compiled_outside_capture(fn, forward), _compiled_outside_capture(fn, backward))
-    compiled_forward, compiled_backward = compiled[has_aux]
+    compiled_forward = _cached(fn, ("vjp forward", has_aux), lambda: _jitted(forward))
+    compiled_backward = _cached(fn, ("vjp backward", has_aux), lambda: _jitted(backward))
     result = compiled_forward(*primals)
 
     def vjp_fn(cotangents):
