@@ -292,3 +292,32 @@ def test_vjp_and_jvp_against_torch_func_on_the_opinfo_samples():
             for k in known
             if k not in failed and k in results[kind].get("passed", vjp["own"] + vjp["fallback"])
         ], f"these {kind} cases now pass: remove them from the known failures"
+
+
+def test_torch_func_transforms_of_a_jitted_function_or_module_run_it_eagerly():
+    """torch.func's own transforms over a jitted function (its wrapped tensors have no storage for a
+    compiled program): the original Python runs, with torch.func's results and one warning."""
+    x = torch.randn(3, 4)
+    jitted = thunder_core.jit(_f)
+    jitted(x)  # a compiled entry for these sizes exists
+    with pytest.warns(UserWarning, match="inside a torch.func transform"):
+        torch.testing.assert_close(torch.func.grad(jitted)(x), torch.func.grad(_f)(x))
+    batch = torch.randn(5, 3, 4)
+    torch.testing.assert_close(torch.func.vmap(jitted)(batch), torch.func.vmap(_f)(batch))
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    jitted_model = thunder_core.jit(model)
+    with torch.no_grad():
+        jitted_model(x)
+    params = {name: torch.randn_like(p) for name, p in model.named_parameters()}
+
+    def loss(module):
+        return lambda params, x: torch.func.functional_call(module, params, (x,)).pow(2).sum()
+
+    expected = torch.func.grad(loss(model))(params, x)
+    with pytest.warns(UserWarning, match="inside a torch.func transform"):
+        via_torch_func = torch.func.grad(loss(jitted_model))(params, x)
+    compiled = thunder_core.grad(loss(jitted_model))(params, x)  # stateless training, compiled
+    for name in expected:
+        torch.testing.assert_close(via_torch_func[name], expected[name], **TOLERANCE)
+        torch.testing.assert_close(compiled[name], expected[name], rtol=1e-5, atol=1e-6)

@@ -36,6 +36,9 @@ from thunder_core.jit.pipeline import Compiled, compile_function
 from thunder_core.ops.kept_answers import metadata_kept_in
 from thunder_core.progress import compiling
 
+#: The innermost torch.func transform in effect, or None (one C call: the hot path checks it).
+_torch_func_level = torch._C._functorch.peek_interpreter_stack
+
 Tensor = torch.Tensor
 _is_grad_enabled = torch.is_grad_enabled
 
@@ -158,7 +161,22 @@ class ThunderFunction:
         # tried before the key is built (``_remember_fast``); reset whenever the cache changes.
         self._fast: tuple | None = None
         self._fast_checks: dict[tuple, object] = {}  # key -> its compiled metadata check
+        self._warned_torch_func = False
         functools.update_wrapper(self, fn, updated=())
+
+    def _under_torch_func(self, args, kwargs):
+        """A torch.func transform is active: its wrapped tensors need PyTorch's own operations
+        (a compiled program would read their storage, which they have none of). Run the
+        original function, and say so once."""
+        if not self._warned_torch_func:
+            self._warned_torch_func = True
+            warnings.warn(
+                f"thunder_core.jit: {_display_name(self._guard_root)} is called inside a torch.func transform "
+                "(grad, vjp, jvp, vmap, ...), so it runs eagerly, uncompiled. thunder_core.grad, vjp and jvp "
+                "take the same arguments and compile the transformed function (docs/functional.md).",
+                stacklevel=3,
+            )
+        return self._fn(*args, **kwargs)
 
     def _remember_fast(self, key: tuple, entry: tuple, leaves, state_key=None) -> None:
         check = self._fast_checks.get(key)
@@ -170,6 +188,8 @@ class ThunderFunction:
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
         if _recorders.stack:  # called while another jitted function is being captured: inline
             return self._fn(*args, **kwargs)
+        if _torch_func_level() is not None:  # inside torch.func.grad / vmap / ...: eagerly, as they need
+            return self._under_torch_func(args, kwargs)
         fast = self._fast  # the entry of the last call, if all its arguments were tensors
         if fast is not None and not kwargs and fast[0] is _is_grad_enabled():
             state = self._state
