@@ -610,9 +610,9 @@ class GuardBuilder:
         else:
             guard = GlobalStateGuard()
             name = self.bind(guard, "state")
-            self.condition(
-                f"{name}.check()",
-                "v",
+            self.condition(  # on a change, the value names the field that changed (``grad_mode``)
+                f"({name}.check() or 'changed: ' + {name}.reason())",
+                "v is True",
                 "torch state (grad mode, autocast, default dtype, determinism, TF32, threads)",
                 True,
             )
