@@ -382,11 +382,30 @@ def scenario_parallelize_module_refused() -> dict:
 SAVED_AFTER = 3  # steps trained before the checkpoint is written
 
 
+def _resumed(path: str, plugins: list[str], losses: list[float], placements: dict) -> dict:
+    """A fresh job (other initial weights) under ``plugins`` loads the checkpoint at ``path`` and
+    trains the steps after SAVED_AFTER."""
+    import torch.distributed.checkpoint as dcp
+    from thunder_plugin_distributed import load_optimizer_state_dict, optimizer_state_dict
+
+    torch.manual_seed(123)
+    fresh = thunder_core.jit(
+        small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=4), plugins=plugins
+    )
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=LR)
+    state = {"model": fresh.state_dict(), "optimizer": optimizer_state_dict(fresh, fresh_optimizer)}
+    dcp.load(state, checkpoint_id=path)
+    fresh.load_state_dict(state["model"])
+    load_optimizer_state_dict(fresh, fresh_optimizer, state["optimizer"])
+    losses += train(fresh, steps=STEPS - SAVED_AFTER, optimizer=fresh_optimizer, first=SAVED_AFTER)
+    return {"losses": losses, "params": full_state_dict(fresh), "placements": placements}
+
+
 def scenario_dcp_2d_to_tensor_parallel() -> dict:
     """As dcp_to_fsdp, on 4 ranks: saved under tensor-parallel + fsdp on a 2 x 2 mesh (each data
     rank on its rows), loaded under tensor-parallel over the 4 ranks."""
     import torch.distributed.checkpoint as dcp
-    from thunder_plugin_distributed import load_optimizer_state_dict, optimizer_state_dict
+    from thunder_plugin_distributed import optimizer_state_dict
 
     path = os.path.join(os.environ["THUNDER_TEST_OUT"], "dcp_2d")
     options = {"tensor-parallel": {"size": 2}}
@@ -399,18 +418,7 @@ def scenario_dcp_2d_to_tensor_parallel() -> dict:
     placements = {k: str(v.placements) for k, v in state["model"].items() if hasattr(v, "placements")}
     dcp.save(state, checkpoint_id=path)
 
-    torch.manual_seed(123)
-    fresh = thunder_core.jit(
-        small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=4),
-        plugins=["tensor-parallel"],
-    )
-    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=LR)
-    state = {"model": fresh.state_dict(), "optimizer": optimizer_state_dict(fresh, fresh_optimizer)}
-    dcp.load(state, checkpoint_id=path)
-    fresh.load_state_dict(state["model"])
-    load_optimizer_state_dict(fresh, fresh_optimizer, state["optimizer"])
-    losses += train(fresh, steps=STEPS - SAVED_AFTER, optimizer=fresh_optimizer, first=SAVED_AFTER)
-    return {"losses": losses, "params": full_state_dict(fresh), "placements": placements}
+    return _resumed(path, ["tensor-parallel"], losses, placements)
 
 
 def scenario_dcp_to_fsdp() -> dict:
@@ -418,7 +426,7 @@ def scenario_dcp_to_fsdp() -> dict:
     torch.distributed.checkpoint; a fresh model under fsdp (another layout) loads them and trains
     the remaining steps. The checkpoint stays in OUT_DIR/dcp for a one-process job to load."""
     import torch.distributed.checkpoint as dcp
-    from thunder_plugin_distributed import load_optimizer_state_dict, optimizer_state_dict
+    from thunder_plugin_distributed import optimizer_state_dict
 
     path = os.path.join(os.environ["THUNDER_TEST_OUT"], "dcp")
     jitted = thunder_core.jit(build_litgpt(), plugins=["tensor-parallel"])
@@ -428,17 +436,7 @@ def scenario_dcp_to_fsdp() -> dict:
     placements = {k: str(v.placements) for k, v in state["model"].items() if hasattr(v, "placements")}
     dcp.save(state, checkpoint_id=path)
 
-    torch.manual_seed(123)  # a fresh job: other initial weights
-    fresh = thunder_core.jit(
-        small_litgpt(n_layer=2, n_embd=64, vocab=VOCAB, block_size=32, n_query_groups=4), plugins=["fsdp"]
-    )
-    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=LR)
-    state = {"model": fresh.state_dict(), "optimizer": optimizer_state_dict(fresh, fresh_optimizer)}
-    dcp.load(state, checkpoint_id=path)
-    fresh.load_state_dict(state["model"])
-    load_optimizer_state_dict(fresh, fresh_optimizer, state["optimizer"])
-    losses += train(fresh, steps=STEPS - SAVED_AFTER, optimizer=fresh_optimizer, first=SAVED_AFTER)
-    return {"losses": losses, "params": full_state_dict(fresh), "placements": placements}
+    return _resumed(path, ["fsdp"], losses, placements)
 
 
 def main() -> None:
