@@ -118,8 +118,11 @@ def conformance_tests(executor: str, options: dict | None = None, ops=None, devi
     so that single operations are handed to a fusion executor too. ``ops`` limits the sweep
     to those OpInfo names (e.g. ``TRANSFORMER_OPS``) unless ``THUNDER_CONFORMANCE=full``.
     ``device`` is where the samples are built (``"cuda"`` for GPU executors); without that
-    device every test skips with the reason.
+    device every test skips with the reason. ``THUNDER_CONFORMANCE_DEVICE=cuda`` builds a
+    CPU kit's samples on that device instead (an executor that also runs on the GPU, such as
+    Inductor generating Triton kernels, is then checked there).
     """
+    device = os.environ.get("THUNDER_CONFORMANCE_DEVICE") or device
     opinfos = _opinfos(ops)
     ids = [opinfo_id(o) for o in opinfos]
     missing = _unavailable(executor, device) if device != "cpu" else None
