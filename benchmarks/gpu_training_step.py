@@ -2,9 +2,10 @@
 
 Each backend runs in a fresh process, backends interleaved over ``--rounds`` rounds. A step is
 timed with the device synchronized before and after (median of ``--steps`` steps after two
-warm-up steps). The first round's process of each backend also checks its work against eager in the same process:
-the loss and every parameter's gradient of one float32 step (relative error of the gradients,
-the largest over the parameters), so a fast but wrong backend shows as such. The executors that
+warm-up steps). The first round's process of each backend also checks its gradients: one step in the benchmark's
+dtype against eager's float32 step (``grad err``, the largest relative error over the parameters,
+a missing gradient counting as 1), beside eager's own step in that dtype (``eager err``, what the
+dtype's rounding alone makes), so a fast but wrong backend shows as such. The executors that
 ran the thunder_core trace are printed beside it.
 
     python benchmarks/gpu_training_step.py                      # all backends, bf16, width 1024
@@ -76,28 +77,41 @@ def loss_of(model, idx):
 
 
 def _gradients(model, run, idx) -> tuple[float, dict]:
-    """The loss of ``run`` (``model`` as a backend runs it) and the gradients it leaves on ``model``."""
+    """The loss of ``run`` (``model`` as a backend runs it) and the gradients it leaves on ``model``
+    (None where it left none)."""
     for p in model.parameters():
         p.grad = None
     loss = loss_of(run, idx)
     loss.backward()
-    return loss.item(), {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+    return loss.item(), {
+        n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()
+    }
 
 
-def check_against_eager(backend: str) -> dict:
-    """One float32 step of ``backend`` against eager's on the same weights and tokens."""
+def _error(actual: dict, reference: dict) -> float:
+    """The largest relative error over the parameters; a missing gradient counts as 1."""
+    return max(
+        1.0 if actual.get(n) is None else (actual[n].float() - g).norm().item() / max(g.norm().item(), 1e-30)
+        for n, g in reference.items()
+    )
+
+
+def check_against_eager(backend: str, dtype) -> dict:
+    """One step of ``backend`` in ``dtype`` against eager's float32 step on the same weights and
+    tokens, beside eager's own step in ``dtype`` (the error that dtype's rounding alone makes)."""
     import torch
     from backends import wrap
 
-    model = build_model(torch.float32)
-    idx = _tokens(2, min(SIZE["length"], 256) + 1, seed=1)
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 matrix products, not TF32
     torch.backends.cudnn.allow_tf32 = False
-    eager_loss, eager_grads = _gradients(model, model, idx)
-    wrapped = wrap(model, backend)
-    loss, grads = _gradients(model, wrapped, idx)
-    worst = max((grads[n] - g).norm().item() / max(g.norm().item(), 1e-30) for n, g in eager_grads.items())
-    return {"loss_error": abs(loss - eager_loss) / abs(eager_loss), "grad_error": worst}
+    idx = _tokens(2, min(SIZE["length"], 256) + 1, seed=1)
+    reference = build_model(torch.float32)
+    _, expected = _gradients(reference, reference, idx)
+    expected = {n: g.float() for n, g in expected.items()}
+    model = build_model(dtype)
+    _, eager = _gradients(model, model, idx)
+    _, actual = _gradients(model, wrap(model, backend), idx)
+    return {"grad_error": _error(actual, expected), "eager_grad_error": _error(eager, expected)}
 
 
 def measure(backend: str, steps: int, dtype_name: str, check: bool) -> dict:
@@ -139,7 +153,7 @@ def measure(backend: str, steps: int, dtype_name: str, check: bool) -> dict:
 
         result["executors"] = sorted({op.executor for op in thunder_core.explain(wrapped).operations})
     if check:
-        result.update(check_against_eager(backend))
+        result.update(check_against_eager(backend, dtype))
     return result
 
 
@@ -207,7 +221,7 @@ def main() -> None:
         f"(min-max) over {args.rounds} interleaved rounds, each in a fresh process, of the median of {args.steps} steps"
     )
     print(
-        f"{'backend':28s} {'step ms':>22s} {'vs eager':>9s} {'first s':>8s} {'peak GiB':>9s} {'grad err':>9s}  executors"
+        f"{'backend':28s} {'step ms':>22s} {'vs eager':>9s} {'first s':>8s} {'peak GiB':>9s} {'grad err':>9s} {'eager err':>9s}  executors"
     )
     eager = [r for r in runs["eager"] if "step_s" in r]
     for name, results in runs.items():
@@ -219,7 +233,8 @@ def main() -> None:
         print(
             f"{name:28s} {spread([r['step_s'] for r in ok], 1e3):>22s} {ratio:8.2f}x "
             f"{statistics.median(r['first_call_s'] for r in ok):8.1f} {ok[0]['peak_gib']:9.2f} "
-            f"{max(r.get('grad_error', 0.0) for r in ok):9.1e}  {','.join(ok[0].get('executors', []))}"
+            f"{max(r.get('grad_error', 0.0) for r in ok):9.1e} {max(r.get('eager_grad_error', 0.0) for r in ok):9.1e}  "
+            f"{','.join(ok[0].get('executors', []))}"
         )
         for failed in (r for r in results if "error" in r):
             print(f"  one round failed: {failed['error']}")

@@ -2,8 +2,8 @@
 # The checks that need a CUDA GPU, in one bounded run (about 9 minutes on one H100):
 #   1. the GPU executors' and plugins' tests (cudnn, cupy, nvfuser, te, apex, cudagraphs; each
 #      skips with its own probe's reason where its library is missing),
-#   2. the inductor executor's OpInfo conformance kit with samples on CUDA (Triton kernels),
-#   3. benchmarks/gpu_training_step.py: a litgpt training step, eager / torch.compile / thunder_core.
+#   2. benchmarks/gpu_training_step.py: a litgpt training step, eager / torch.compile / thunder_core,
+#   3. the inductor executor's OpInfo conformance kit with samples on CUDA (Triton kernels).
 # It uses the machine's Python with its CUDA build of torch. Packages it lacks can be given as
 # wheels in .whl/ (the project's own, litgpt, nvidia-cudnn-frontend, ...): they are installed into
 # a private folder, never over the machine's own packages. Logs go to $OUT (default: a temp dir).
@@ -37,9 +37,9 @@ done
 echo "== GPU executors' and plugins' tests"
 timeout "${TESTS_TIMEOUT:-200}" "$PYTHON" -m pytest -q -rfEs -p no:cacheprovider -n "${WORKERS:-8}" \
     --timeout 150 --junitxml "$OUT/gpu-tests.xml" "${gpu_tests[@]}" 2>&1 | tee "$OUT/gpu-tests.log" | tail -60
+echo "== benchmarks/gpu_training_step.py"
+timeout "${BENCH_TIMEOUT:-240}" "$PYTHON" benchmarks/gpu_training_step.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30
 echo "== inductor conformance on CUDA"
 THUNDER_CONFORMANCE_DEVICE=cuda timeout "${CONFORMANCE_TIMEOUT:-150}" "$PYTHON" -m pytest -q -rfE -p no:cacheprovider \
     -n "${WORKERS:-8}" --timeout 120 executors/thunder-executor-inductor/tests/test_inductor_conformance.py \
     2>&1 | tee "$OUT/inductor-cuda.log" | tail -30
-echo "== benchmarks/gpu_training_step.py"
-timeout "${BENCH_TIMEOUT:-240}" "$PYTHON" benchmarks/gpu_training_step.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30

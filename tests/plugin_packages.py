@@ -39,6 +39,73 @@ def thunder_core_register_executor(register):
     register(executor)
 """
 
+# An executor with its own gradient rule, built the way GPU attention executors are: the rule
+# records a forward symbol and a backward symbol of the executor, whose metas make new proxies.
+RULE_EXECUTOR = """
+import math
+
+import torch
+from thunder_core.plugins import Availability, hookimpl
+
+CALLS = []
+
+
+def _forward(q, k, v, scale, causal):
+    CALLS.append("forward")
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return out, torch.zeros(q.shape[:-1] + (1,), dtype=torch.float32)  # "statistics" for the backward
+
+
+def _backward(grad, q, k, v, out, stats, scale, causal):
+    CALLS.append("backward")
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    with torch.enable_grad():
+        again = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return torch.autograd.grad(again, (q, k, v), grad)
+
+
+@hookimpl
+def thunder_core_probe():
+    return Availability.ok()
+
+
+@hookimpl
+def thunder_core_register_executor(register):
+    from thunder_core.extend import OperatorExecutor, Symbol, get_symbol, new_tensor_proxy
+
+    def forward_meta(q, k, v, scale, causal):
+        return new_tensor_proxy(q.shape, q.dtype, q.device), new_tensor_proxy(q.shape[:-1] + (1,), torch.float32, q.device)
+
+    def backward_meta(grad, q, k, v, out, stats, scale, causal):
+        return tuple(new_tensor_proxy(x.shape, x.dtype, x.device) for x in (q, k, v))
+
+    forward = Symbol("ruleex_forward", _forward, "ruleex_forward", meta=forward_meta)
+    backward = Symbol("ruleex_backward", _backward, "ruleex_backward", meta=backward_meta)
+
+    def inference(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return _forward(q, k, v, scale, is_causal)[0]
+
+    def vjp(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        out, stats = forward(q, k, v, scale, is_causal)
+
+        def pullback(g):
+            return list(zip((q, k, v), backward(g, q, k, v, out, stats, scale, is_causal)))
+
+        return out, pullback
+
+    def plain_call(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return attn_mask is None and dropout_p == 0.0 and not enable_gqa
+
+    executor = OperatorExecutor("ruleex")
+    executor.register_implementation(
+        get_symbol("scaled_dot_product_attention"), inference, checker=plain_call, grad=vjp
+    )
+    executor.register_implementation(forward, _forward)
+    executor.register_implementation(backward, _backward)
+    register(executor)
+"""
+
 GOOD_FUSION = """
 from thunder_core.plugins import hookimpl
 
@@ -333,6 +400,7 @@ def thunder_core_probe():
 
 PACKAGES = [
     ("tc-goodex", "executors", "goodex", "tc_goodex", {"tc_goodex/__init__.py": GOOD_EXECUTOR}, []),
+    ("tc-ruleex", "executors", "ruleex", "tc_ruleex", {"tc_ruleex/__init__.py": RULE_EXECUTOR}, []),
     ("tc-goodfuse", "executors", "goodfuse", "tc_goodfuse", {"tc_goodfuse/__init__.py": GOOD_FUSION}, []),
     ("tc-slowfuse", "executors", "slowfuse", "tc_slowfuse", {"tc_slowfuse/__init__.py": SLOW_FUSION}, []),
     (

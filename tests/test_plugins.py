@@ -59,6 +59,7 @@ def _eager_ok(jfn):
 
 EXPECTED = {
     "goodex": ("available", ""),
+    "ruleex": ("available", ""),
     "goodfuse": ("available", ""),
     "claima": ("available", ""),
     "claimb": ("available", ""),
@@ -113,6 +114,44 @@ def test_working_executor_claims_add_in_the_trace_and_in_explain():
     assert "goodex_add(a, b)" in thunder_core.last_traces(jfn)[-1].python()
     (report,) = thunder_core.explain(jfn).for_symbol("torch.add")
     assert report.executor == "goodex"
+
+
+class _AttentionBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(out.transpose(1, 2).reshape(2, 8, 16))
+
+
+@pytest.mark.parametrize("where", ["inside a model", "returned"])
+def test_an_executors_own_gradient_rule_carries_the_gradient_through_its_symbols(where):
+    # The rule records the executor's forward and backward symbols, whose hand-written metas make
+    # proxies with new_tensor_proxy's default requires_grad=False: the gradient must still flow
+    # through them to everything before the attention (once it did not: the weights before it got
+    # no gradient and a returned output had no grad_fn, without an error).
+    module = importlib.import_module("tc_ruleex")
+    torch.manual_seed(0)
+    module.CALLS.clear()
+    if where == "returned":
+        q, k, v = (torch.randn(2, 4, 8, 8, requires_grad=True) for _ in range(3))
+        attention = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+        out = thunder_core.jit(attention, executors=["ruleex"])(q, k, v)
+        g = torch.randn_like(out)
+        actual = torch.autograd.grad(out, (q, k, v), g)
+        expected = torch.autograd.grad(attention(q, k, v), (q, k, v), g)
+    else:
+        block, x = _AttentionBlock(), torch.randn(2, 8, 16)
+        thunder_core.jit(block, executors=["ruleex"])(x).square().sum().backward()
+        actual = [p.grad for p in block.parameters()]
+        block.zero_grad()
+        block(x).square().sum().backward()
+        expected = [p.grad for p in block.parameters()]
+    torch.testing.assert_close(actual, expected)
+    assert "forward" in module.CALLS and "backward" in module.CALLS  # the executor's own kernels ran
 
 
 def test_checker_rejection_reason_shows_in_explain():

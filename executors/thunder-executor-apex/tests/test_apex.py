@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -38,7 +39,7 @@ def test_probe_tells_the_unrelated_pypi_apex_from_nvidia_apex(tmp_path):
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])), "PATH": ""},
     )  # fmt: skip
     assert "the installed 'apex' is not NVIDIA Apex" in done.stdout
     assert "no apex.normalization" in done.stdout

@@ -8,7 +8,12 @@ import subprocess
 import pytest
 import torch
 from thunder_executor_cupy import problems
-from thunder_executor_cupy.codegen import Unsupported, elementwise_kernel_spec, softmax_checker
+from thunder_executor_cupy.codegen import (
+    Unsupported,
+    broadcast_views,
+    elementwise_kernel_spec,
+    softmax_checker,
+)
 
 import thunder_core
 from thunder_core.extend import TensorProxy
@@ -49,6 +54,22 @@ def test_shapes_that_do_not_match_are_refused():
         elementwise_kernel_spec(*_region(lambda x: x.sum(0) + 1, torch.randn(4, 4)))
 
 
+def test_inputs_the_region_broadcasts_are_viewed_for_numpy_style_broadcasting():
+    x, bias, scale = torch.randn(4, 8), torch.randn(8), torch.randn(4, 1)
+    region = _region(lambda x, b, s: torch.tanh(x + b) * s, x, bias, scale)
+    views = broadcast_views(*region)
+    assert views == [None, (1, 8), (4, 1)]
+    elementwise_kernel_spec(*region)  # accepted
+    # What CuPy computes from the views (NumPy broadcasting) is what the trace computes.
+    viewed = [t if v is None else t.view(v) for t, v in zip((x, bias, scale), views)]
+    torch.testing.assert_close(torch.tanh(viewed[0] + viewed[1]) * viewed[2], torch.tanh(x + bias) * scale)
+
+
+def test_an_input_used_at_its_own_shape_too_is_refused():
+    with pytest.raises(Unsupported, match="shape"):
+        elementwise_kernel_spec(*_region(lambda x, b: (x + b, b * 2), torch.randn(4, 8), torch.randn(8)))
+
+
 def test_softmax_checker_on_proxies():
     x = TensorProxy("x", (8, 128), torch.float32, "cuda")
     assert softmax_checker(x, -1) is True
@@ -65,7 +86,7 @@ def test_fused_regions_and_softmax_match_eager_cuda():
     jfn = thunder_core.jit(fn, executors=["cupy"])  # the entry point registers both executors
     torch.testing.assert_close(jfn(x, w), fn(x, w))
     ran = {r.executor for r in thunder_core.explain(jfn).operations}
-    assert {"cupy", "cupy_softmax"} <= ran, ran
+    assert {"cupy", "cupy_softmax"} <= ran, str(thunder_core.explain(jfn))
 
 
 def test_scalar_inputs_are_renamed_as_whole_identifiers():

@@ -18,6 +18,7 @@ from thunder_executor_cupy.codegen import (
     ELEMENTWISE_OPS,
     SOFTMAX_SOURCE,
     SUPPORTED,
+    broadcast_views,
     elementwise_kernel_spec,
     softmax_checker,
 )
@@ -60,10 +61,14 @@ class CupyExecutor(FusionExecutor):
         except RegionNotSupported:
             raise
         kernel = _elementwise(*spec)
+        views = broadcast_views(region.bound_symbols, region.inputs, region.outputs)
         outputs = [(tuple(p.shape), p.dtype) for p in region.outputs]
 
         def run(*tensors):
-            arrays = [cupy.from_dlpack(t.detach().contiguous()) for t in tensors]
+            tensors = [t.detach().contiguous() for t in tensors]
+            arrays = [
+                cupy.from_dlpack(t if view is None else t.view(view)) for t, view in zip(tensors, views)
+            ]
             results = [torch.empty(shape, dtype=dtype, device=tensors[0].device) for shape, dtype in outputs]
             with cupy.cuda.ExternalStream(
                 torch.cuda.current_stream().cuda_stream

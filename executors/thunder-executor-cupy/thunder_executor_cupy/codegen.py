@@ -72,13 +72,46 @@ def _literal(x) -> str:
     return repr(float(x)) + "f" if isinstance(x, float) else repr(x)
 
 
-def elementwise_kernel_spec(bsyms, inputs, outputs) -> tuple[str, str, str]:
-    """(in_params, out_params, operation) for ``cupy.ElementwiseKernel``."""
+def broadcast_views(bsyms, inputs, outputs) -> list[tuple | None]:
+    """For each region input, the shape to view it as before the kernel, or None to pass it as is.
+
+    An input of another shape than the region's is allowed when the region only broadcasts it
+    (``prims.broadcast_in_dim`` to the region's shape): viewed with ones in the broadcast
+    dimensions, CuPy's ElementwiseKernel broadcasts it the way NumPy does (a bias of shape
+    ``(n,)`` added to ``(m, n)`` rows, a ``(m,)`` scale of each row read as ``(m, 1)``).
+    """
     prims = list(_prims(bsyms))
     shape = tuple(outputs[0].shape)
-    for p in [*inputs, *outputs]:
-        if tuple(p.shape) != shape and p.numel() != 1:
+    views: list[tuple | None] = []
+    for p in inputs:
+        if tuple(p.shape) == shape or p.numel() == 1:
+            views.append(None)
+            continue
+        uses = [
+            b for b in prims if any(isinstance(a, TensorProxy) and a.name == p.name for a in b.flat_args())
+        ]
+        if not uses or any(b.symbol.name != "broadcast_in_dim" or tuple(b.args[1]) != shape for b in uses):
             raise Unsupported(f"{p.name} has shape {tuple(p.shape)}, not the region's {shape}")
+        dims = {tuple(b.args[2]) for b in uses}
+        if len(dims) != 1:
+            raise Unsupported(f"{p.name} is broadcast in more than one way")
+        view = [1] * len(shape)
+        for size, dim in zip(p.shape, next(iter(dims))):
+            view[dim] = size
+        views.append(tuple(view))
+    for p in outputs:
+        if tuple(p.shape) != shape:
+            raise Unsupported(f"{p.name} has shape {tuple(p.shape)}, not the region's {shape}")
+    return views
+
+
+def elementwise_kernel_spec(bsyms, inputs, outputs) -> tuple[str, str, str]:
+    """(in_params, out_params, operation) for ``cupy.ElementwiseKernel``; inputs of other shapes
+    are read broadcast (see ``broadcast_views``)."""
+    prims = list(_prims(bsyms))
+    shape = tuple(outputs[0].shape)
+    broadcast_views(bsyms, inputs, outputs)
+    for p in [*inputs, *outputs]:
         if p.dtype not in C_TYPES:
             raise Unsupported(f"dtype {p.dtype}")
     names = {p.name: f"in{k}" for k, p in enumerate(inputs)}
