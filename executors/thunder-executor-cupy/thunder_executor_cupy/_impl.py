@@ -80,8 +80,10 @@ class CupyExecutor(FusionExecutor):
 
 
 def softmax(x, dim=None, _stacklevel=3, dtype=None):
+    if x.requires_grad and torch.is_grad_enabled():  # autograd must see the operation: torch's kernel
+        return torch.nn.functional.softmax(x, dim, dtype=dtype)
     rows, cols = x.numel() // x.shape[-1], x.shape[-1]
-    source = x.contiguous()
+    source = x.detach().contiguous()  # DLPack exports no tensor that requires grad
     out = torch.empty_like(source)
     with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
         _softmax_kernel()((rows,), (min(1024, max(32, 1 << (cols - 1).bit_length())),),
