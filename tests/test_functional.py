@@ -1,5 +1,5 @@
-"""``thunder_core.grad``, ``value_and_grad`` and ``vjp``: torch.func's signatures and results, as
-trace transforms that nest and compile into one trace."""
+"""``thunder_core.grad``, ``value_and_grad``, ``vjp``, ``jvp`` and ``vmap``: torch.func's signatures
+and results, as trace transforms that nest and compile into one trace."""
 
 from __future__ import annotations
 
@@ -292,6 +292,144 @@ def test_vjp_and_jvp_against_torch_func_on_the_opinfo_samples():
             for k in known
             if k not in failed and k in results[kind].get("passed", vjp["own"] + vjp["fallback"])
         ], f"these {kind} cases now pass: remove them from the known failures"
+
+
+VMAP_CASES = {
+    # name: (function, in_dims, out_dims, per-argument shapes with the mapped dimension)
+    "elementwise, an unbatched argument of higher rank": (
+        lambda x, w: torch.tanh(x * w + 1) - torch.sigmoid(w),
+        (0, None), 0, [(5, 4), (3, 4)],
+    ),
+    "mapped dimension 1, stacked in dimension 1": (lambda x: x.exp() / 2, 1, 1, [(3, 5, 4)]),
+    "reductions with and without dim": (
+        lambda x: x.sum() + x.mean(-1).sum() + x.amax(dim=(0,), keepdim=True).sum() + x.sum(1).sum(),
+        0, 0, [(5, 3, 4)],
+    ),
+    "shapes: reshape, view, permute, transpose, unsqueeze, expand, t": (
+        lambda x: x.reshape(12).view(3, 4).t().permute(1, 0).transpose(0, 1).unsqueeze(0).expand(2, 4, 3),
+        0, 0, [(5, 3, 4)],
+    ),
+    "matmul: batched @ matrix, vector @ matrix, matrix @ batched, batched @ batched": (
+        lambda a, v, b, c: ((a @ b).sum() + (v @ b).sum() + (b.T @ c).sum() + (a @ c).sum()),
+        (0, 0, None, 0), 0, [(5, 3, 4), (5, 4), (4, 6), (5, 4, 2)],
+    ),
+    "linear and softmax": (
+        lambda x, w, b: torch.softmax(torch.nn.functional.linear(x, w, b), -1),
+        (0, None, None), 0, [(5, 2, 8), (4, 8), (4,)],
+    ),
+    "ops without a rule go through torch.func": (
+        lambda x, y: torch.cumprod(torch.cat([x, y]), 0) + torch.flip(x, (0,)).sum(),
+        (0, 0), 0, [(5, 3), (5, 3)],
+    ),
+    "tuple of outputs with their own out_dims, an unbatched output": (
+        lambda x, w: (x @ w, w.sum(0)),
+        (0, None), (1, 0), [(5, 2, 3), (3, 4)],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", VMAP_CASES)
+def test_vmap_is_torch_funcs(case):
+    fn, in_dims, out_dims, shapes = VMAP_CASES[case]
+    torch.manual_seed(0)
+    args = [torch.randn(shape, dtype=torch.float64) for shape in shapes]
+    expected = torch.func.vmap(fn, in_dims=in_dims, out_dims=out_dims)(*args)
+    torch.testing.assert_close(thunder_core.vmap(fn, in_dims=in_dims, out_dims=out_dims)(*args), expected)
+    jitted = thunder_core.jit(lambda *a: thunder_core.vmap(fn, in_dims=in_dims, out_dims=out_dims)(*a))
+    torch.testing.assert_close(jitted(*args), expected)
+    mapped_by_torch = [o for o in thunder_core.explain(jitted).operations if "torch_func_vmap" in o.operation]
+    assert bool(mapped_by_torch) == (case == "ops without a rule go through torch.func"), mapped_by_torch
+
+
+def test_per_example_gradients_and_ensembles_through_functional_call():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(params, x, y):
+        logits = torch.func.functional_call(model, params, (x.unsqueeze(0),))
+        return torch.nn.functional.cross_entropy(logits, y.unsqueeze(0))
+
+    x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
+    expected = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, x, y)
+    per_example = thunder_core.jit(thunder_core.vmap(thunder_core.grad(loss), in_dims=(None, 0, 0)))
+    ours = per_example(params, x, y)
+    for name in expected:
+        assert ours[name].shape == (6, *params[name].shape)
+        torch.testing.assert_close(ours[name], expected[name], rtol=1e-5, atol=1e-6)
+    traces = thunder_core.last_traces(per_example)
+    assert not any(b.symbol.has_tag(AUTOGRAD_FALLBACK) for t in traces for b in t.bound_symbols)
+    # Ensembles: 3 models' parameters stacked, each model run on the same inputs.
+    members = [torch.nn.Linear(8, 4) for _ in range(3)]
+    stacked, _ = torch.func.stack_module_state(members)
+    base = torch.nn.Linear(8, 4).to("meta")
+
+    def run(params, x):
+        return torch.func.functional_call(base, params, (x,))
+
+    torch.testing.assert_close(
+        thunder_core.vmap(run, in_dims=(0, None))(stacked, x), torch.stack([m(x) for m in members]).detach()
+    )
+
+
+def test_vmap_nests_with_itself_and_under_grad():
+    a, b = torch.randn(3, 5), torch.randn(4, 5)
+    pairwise = thunder_core.vmap(
+        thunder_core.vmap(lambda u, v: (u * v).sum(), in_dims=(None, 0)), in_dims=(0, None)
+    )
+    torch.testing.assert_close(pairwise(a, b), a @ b.T)
+    w, x = torch.randn(5, 3), torch.randn(6, 5)
+
+    def total(w, x, transforms):
+        return transforms.vmap(lambda xi: torch.sin(xi @ w).sum())(x).sum()
+
+    torch.testing.assert_close(
+        thunder_core.grad(total)(w, x, thunder_core), torch.func.grad(total)(w, x, torch.func)
+    )
+
+
+def test_per_example_gradients_of_a_litgpt_block():
+    torch.manual_seed(0)
+    model = small_litgpt(n_layer=1, n_embd=64, vocab=96, block_size=32)
+    block = model.transformer.h[0]
+    params = {name: p.detach() for name, p in block.named_parameters()}
+    x = torch.randn(4, 16, 64)
+    cos, sin = model.cos[:16].unsqueeze(0), model.sin[:16].unsqueeze(0)
+
+    def loss(params, example):
+        return torch.func.functional_call(block, params, (example.unsqueeze(0), cos, sin)).pow(2).mean()
+
+    expected = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+    per_example = thunder_core.jit(thunder_core.vmap(thunder_core.grad(loss), in_dims=(None, 0)))
+    ours = per_example(params, x)
+    for name in expected:
+        torch.testing.assert_close(ours[name], expected[name], rtol=1e-4, atol=1e-5)
+    # Every operation batched by a rule (attention, its backward, the rotary slices and cats):
+    # nothing left to torch.func, so the executors fuse the whole program.
+    assert not [
+        o.operation for o in thunder_core.explain(per_example).operations if "torch_func_vmap" in o.operation
+    ]
+
+
+def test_vmap_bad_input_and_randomness():
+    x = torch.randn(4, 3)
+    with pytest.raises(thunder_core.ThunderCoreError, match="different sizes"):
+        thunder_core.vmap(torch.add)(x, torch.randn(5, 3))
+    with pytest.raises(thunder_core.ThunderCoreError, match="no input is mapped"):
+        thunder_core.vmap(torch.sin, in_dims=None)(x)
+    with pytest.raises(thunder_core.ThunderCoreError, match="one entry per positional argument"):
+        thunder_core.vmap(torch.add, in_dims=(0,))(x, x)
+    with pytest.raises(thunder_core.ThunderCoreError, match="randomness must be one of"):
+        thunder_core.vmap(torch.sin, randomness="maybe")
+    dropout = lambda v: torch.nn.functional.dropout(v, 0.5)  # noqa: E731
+    with pytest.raises(thunder_core.ThunderCoreError, match="randomness='different'"):
+        thunder_core.vmap(dropout)(x)
+    ones = torch.ones(64, 32)
+    different = thunder_core.vmap(dropout, randomness="different")(ones)
+    assert set(different.unique().tolist()) <= {0.0, 2.0}
+    assert not all(torch.equal(different[0], row) for row in different[1:])  # each example its own draw
+    same = thunder_core.vmap(dropout, randomness="same")(ones)
+    assert all(torch.equal(same[0], row) for row in same[1:])  # one draw for all
 
 
 def test_torch_func_transforms_of_a_jitted_function_or_module_run_it_eagerly():

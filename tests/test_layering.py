@@ -29,7 +29,7 @@ LAYERS = [
     ("ir",),
     ("ops",),
     ("capture",),
-    ("autodiff", "transforms"),
+    ("autodiff", "transforms", "batching"),
     ("plugins.errors", "plugins.hookspecs", "plugins.probes", "plugins.config"),
     ("executors",),
     ("plugins",),

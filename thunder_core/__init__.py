@@ -21,7 +21,7 @@ from thunder_core.examine import Examination, examine
 from thunder_core.executors.background import wait_for_compiles
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, RegionNotSupported, Rejection
 from thunder_core.explain import Explanation, explain
-from thunder_core.functional import grad, grad_and_value, jvp, value_and_grad, vjp
+from thunder_core.functional import grad, grad_and_value, jvp, value_and_grad, vjp, vmap
 from thunder_core.inspection import cache_info, last_backward_traces, last_blocks, last_traces
 from thunder_core.ir import BoundSymbol, NumberProxy, Symbol, TensorProxy, Trace
 from thunder_core.jit.function import DEFAULT_RECOMPILE_LIMIT, CacheInfo, ThunderFunction
@@ -46,6 +46,7 @@ __all__ = [
     "jvp",
     "value_and_grad",
     "vjp",
+    "vmap",
     "Examination",
     "examine",
     "ReproError",

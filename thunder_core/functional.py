@@ -333,3 +333,135 @@ def _vjp_outside_capture(fn: Callable, primals: tuple, has_aux: bool):
         output, aux = result
         return output, vjp_fn, aux
     return result, vjp_fn
+
+
+def _in_dims_per_argument(in_dims, args: tuple) -> list:
+    if in_dims is None or isinstance(in_dims, int):
+        return [in_dims] * len(args)
+    if isinstance(in_dims, (tuple, list)) and len(in_dims) == len(args):
+        for d in in_dims:
+            if d is not None and not isinstance(d, int):
+                raise ThunderCoreError(
+                    f"thunder_core.vmap: in_dims entries are an int or None per positional argument, got {d!r}; "
+                    "a per-leaf structure of dims is not supported yet (pass one dim for the whole argument)"
+                )
+        return list(in_dims)
+    raise ThunderCoreError(
+        f"thunder_core.vmap: in_dims {in_dims!r} does not match the {len(args)} positional arguments: give an int, "
+        "None, or a tuple with one entry per positional argument"
+    )
+
+
+def _batched_call(fn: Callable, args: tuple, kwargs: dict, in_dims, out_dims, randomness: str):
+    """``fn`` recorded on one example's stand-ins, replayed on the batch (see thunder_core.batching)."""
+    from thunder_core.batching import Batcher
+
+    recorder = active_recorder()
+    per_argument = _in_dims_per_argument(in_dims, args)
+    sizes, batched_leaves = set(), []
+    stand_in_args = []
+    for arg, dim in zip(args, per_argument):
+        flat, spec = pytree.tree_flatten(arg)
+        replaced = []
+        for leaf in flat:
+            if dim is None or not isinstance(leaf, TensorProxy):
+                if dim is not None and not isinstance(leaf, TensorProxy) and leaf is not None:
+                    raise ThunderCoreError(
+                        f"thunder_core.vmap: in_dim {dim} given for a {type(leaf).__name__}; only tensors are "
+                        "mapped (use None for this argument)"
+                    )
+                replaced.append(leaf)
+                continue
+            if not -leaf.ndim <= dim < leaf.ndim:
+                raise ThunderCoreError(
+                    f"thunder_core.vmap: in_dim {dim} is out of range for a tensor with {leaf.ndim} dimensions"
+                )
+            dim = dim % leaf.ndim
+            sizes.add(leaf.shape[dim])
+            per_example = [s for i, s in enumerate(leaf.shape) if i != dim]
+            stand_in = TensorProxy(recorder.namer(), per_example, leaf.dtype, leaf.device, leaf.requires_grad)
+            batched_leaves.append((stand_in, leaf, dim))
+            replaced.append(stand_in)
+        stand_in_args.append(pytree.tree_unflatten(replaced, spec))
+    if not sizes:
+        raise ThunderCoreError("thunder_core.vmap: no input is mapped; at least one tensor needs an in_dim")
+    if len(sizes) > 1:
+        raise ThunderCoreError(
+            f"thunder_core.vmap: the mapped dimensions have different sizes {sorted(sizes)}; they must all be equal"
+        )
+    (size,) = sizes
+    batcher = Batcher(size, randomness)
+    with torch._C.DisableTorchFunction():
+        from thunder_core.batching import _call
+
+        for stand_in, leaf, dim in batched_leaves:
+            batcher.bind(stand_in, leaf if dim == 0 else _call("movedim", leaf, dim, 0), True)
+    inner = Recorder(recorder.namer, top_level=recorder.top_level)
+    push_recorder(inner)
+    try:
+        result = fn(*stand_in_args, **kwargs)
+    finally:
+        pop_recorder()
+    with torch._C.DisableTorchFunction():
+        batcher.replay(inner.bound_symbols)
+        flat, spec = pytree.tree_flatten(result)
+        if isinstance(out_dims, int):
+            dims = [out_dims] * len(flat)
+        elif isinstance(out_dims, (tuple, list)) and len(out_dims) == len(flat):
+            dims = list(out_dims)
+        else:
+            raise ThunderCoreError(
+                f"thunder_core.vmap: out_dims {out_dims!r} does not match the function's {len(flat)} outputs"
+            )
+        outputs = []
+        for leaf, dim in zip(flat, dims):
+            if not isinstance(leaf, TensorProxy):
+                raise ThunderCoreError(
+                    f"thunder_core.vmap: the function must return tensors (or tuples, lists, dicts of them), "
+                    f"got {type(leaf).__name__}"
+                )
+            value = batcher.value(leaf)
+            if not batcher.is_batched(value):  # the same for every example: repeated, as torch.func does
+                value = _call("expand", _call("unsqueeze", value, 0), (size, *value.shape))
+            if dim is None:
+                raise ThunderCoreError("thunder_core.vmap: out_dims=None is not supported yet")
+            dim = dim % value.ndim
+            outputs.append(value if dim == 0 else _call("movedim", value, 0, dim))
+    return pytree.tree_unflatten(outputs, spec)
+
+
+def _hashable(value):
+    return tuple(_hashable(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def vmap(
+    fn: Callable,
+    in_dims: int | None | tuple = 0,
+    out_dims: int | tuple = 0,
+    randomness: str = "error",
+    *,
+    chunk_size: int | None = None,
+) -> Callable:
+    """torch.func.vmap as a trace transform: ``fn`` mapped over dimension ``in_dims`` of its
+    arguments (an int or None for all, or one per positional argument), the results stacked in
+    dimension ``out_dims``. It nests with ``grad``, ``vjp`` and ``jvp`` (``vmap(grad(f))``: per-example
+    gradients) and compiles into one trace under ``thunder_core.jit``. ``randomness``: ``"error"``
+    (random operations are refused), ``"different"`` or ``"same"``, as torch.func's. ``chunk_size``
+    is accepted for torch.func's signature; the whole batch is mapped at once."""
+    from thunder_core.batching import RANDOMNESS
+
+    if randomness not in RANDOMNESS:
+        raise ThunderCoreError(
+            f"thunder_core.vmap: randomness must be one of {RANDOMNESS}, got {randomness!r}"
+        )
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ThunderCoreError(
+            f"thunder_core.vmap: chunk_size must be a positive int or None, got {chunk_size!r}"
+        )
+
+    def inside(*args, **kwargs):
+        return _batched_call(fn, args, kwargs, in_dims, out_dims, randomness)
+
+    return _compiled_outside_capture(
+        fn, ("vmap", _hashable(in_dims), _hashable(out_dims), randomness), inside
+    )

@@ -1,0 +1,415 @@
+"""Batching a recorded program over a leading batch dimension: ``vmap`` as a trace transform.
+
+The function is recorded once on stand-ins of one example (the mapped dimension removed); each
+recorded operation is then replayed on the batched values, which always carry the batch in
+dimension 0. An operation none of whose inputs is batched is replayed as it is. Otherwise a
+batching rule rewrites it (elementwise operations align the examples' ranks and broadcast; ops
+that take dimensions get them shifted past the batch; ``linear`` and ``matmul`` of a batched
+input by an unbatched weight are the same call). An operation without a rule runs through
+``torch.func.vmap`` on its own (the symbol ``torch_func_vmap``, which ``explain`` lists beside the
+others): correct for every torch operation, without fusion across it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from thunder_core.capture.meta import run_on_meta
+from thunder_core.errors import ThunderCoreError
+from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
+from thunder_core.ir.symbols import RANDOM, Symbol, active_recorder
+from thunder_core.ir.tree import leaves, tree_map
+
+RANDOMNESS = ("error", "different", "same")
+
+
+def _vmapped_impl(name, fn, in_dims, randomness, args, kwargs):
+    def call(*mapped):
+        return fn(*mapped, **kwargs)
+
+    return torch.func.vmap(call, in_dims=in_dims, randomness=randomness)(*args)
+
+
+def _vmapped_meta(name, fn, in_dims, randomness, args, kwargs):
+    recorder = active_recorder()
+    arguments = (name, fn, in_dims, randomness, args, kwargs)
+    return run_on_meta(_vmapped_impl, arguments, {}, recorder.new_proxy, inplace=False)
+
+
+#: One operation without a batching rule (named by its first argument, as the trace prints it),
+#: mapped by ``torch.func.vmap`` at run time.
+torch_func_vmap = Symbol(
+    name="torch_func_vmap", impl=_vmapped_impl, printed_name="torch_func_vmap", meta=_vmapped_meta
+)
+
+_ELEMENTWISE = frozenset(
+    """add sub mul div true_divide neg exp exp2 log log2 log1p expm1 tanh sigmoid relu gelu silu sin cos
+    sqrt rsqrt pow maximum minimum where abs square reciprocal clamp erf sign eq ne lt le gt ge
+    logical_not logical_and logical_or bitwise_and bitwise_or ones_like zeros_like full_like to float
+    half bfloat16 double type_as detach contiguous clone masked_fill aten.tanh_backward aten.sigmoid_backward
+    aten.threshold_backward aten.gelu_backward aten.silu_backward""".split()
+)
+_REDUCTIONS = frozenset(
+    "sum mean amax amin softmax log_softmax logsumexp cumsum var std argmax argmin".split()
+)
+_FULL_WHEN_NO_DIM = frozenset("sum mean".split())
+
+
+def _call(name: str, *args, **kwargs):
+    from thunder_core.extend import get_symbol
+
+    return get_symbol(name)(*args, **kwargs)
+
+
+class Batcher:
+    """Replays recorded operations on batched values (batch in dimension 0, ``size`` examples)."""
+
+    def __init__(self, size: int, randomness: str):
+        self.size = size
+        self.randomness = randomness
+        self.values: dict[int, object] = {}  # id of a recorded value -> its replayed value
+        self.batched: set[int] = set()  # ids of replayed values that carry the batch
+        self.fallbacks: list[str] = []  # operations mapped by torch.func.vmap, for explain
+        self.not_batched: set[int] = set()  # outputs a rule made the same for every example
+
+    def bind(self, recorded, value, batched: bool) -> None:
+        self.values[id(recorded)] = value
+        if batched:
+            self.batched.add(id(value))
+
+    def value(self, recorded):
+        return self.values.get(id(recorded), recorded) if isinstance(recorded, PROXY_TYPES) else recorded
+
+    def is_batched(self, value) -> bool:
+        return isinstance(value, TensorProxy) and id(value) in self.batched
+
+    def replay(self, bound_symbols) -> None:
+        for bsym in bound_symbols:
+            args, kwargs = tree_map(self.value, bsym.args), tree_map(self.value, bsym.kwargs)
+            if not any(self.is_batched(x) for x in leaves((args, kwargs))):
+                if bsym.symbol.has_tag(RANDOM) and self.randomness == "different":
+                    raise ThunderCoreError(
+                        f"thunder_core.vmap: {bsym.symbol.printed_name} draws random numbers from no batched "
+                        "input; randomness='different' is supported where a random op takes a batched tensor"
+                    )
+                out = bsym.symbol(*args, **kwargs)
+                self._bind_outputs(bsym.output, out, batched=False)
+                continue
+            if bsym.symbol.has_tag(RANDOM) and self.randomness == "error":
+                raise ThunderCoreError(
+                    f"thunder_core.vmap: {bsym.symbol.printed_name} draws random numbers; pass "
+                    "randomness='different' (each example its own) or 'same' (one draw for all), as torch.func.vmap"
+                )
+            rule = None if bsym.symbol.has_tag(RANDOM) else _RULES.get(_key(bsym.symbol))
+            out = rule(bsym.symbol, self, args, kwargs) if rule is not None else None
+            if out is None:
+                out = self._fallback(bsym.symbol, args, kwargs)
+            self._bind_outputs(bsym.output, out, batched=True)
+
+    def _bind_outputs(self, recorded, out, batched: bool) -> None:
+        for old, new in zip(leaves(recorded), leaves(out)):
+            if isinstance(old, PROXY_TYPES):
+                self.bind(
+                    old, new, batched and isinstance(new, TensorProxy) and id(new) not in self.not_batched
+                )
+
+    def _fallback(self, symbol: Symbol, args, kwargs):
+        if any(self.is_batched(x) for x in leaves(kwargs)):
+            moved = dict(kwargs)
+            # a batched keyword argument: pass it positionally to a wrapper that names it
+            names = [k for k, v in kwargs.items() if any(self.is_batched(x) for x in leaves(v))]
+            values = [moved.pop(k) for k in names]
+            fn = _KeywordCall(symbol.impl, len(args), tuple(names))
+            args = (*args, *values)
+            kwargs = moved
+        else:
+            fn = symbol.impl
+        in_dims = tuple(0 if self.is_batched(x) else None for x in args)
+        if any(not isinstance(x, TensorProxy) and any(self.is_batched(y) for y in leaves(x)) for x in args):
+            in_dims = tuple(tree_map(lambda y: 0 if self.is_batched(y) else None, x) for x in args)
+        self.fallbacks.append(symbol.printed_name)
+        randomness = self.randomness if symbol.has_tag(RANDOM) else "error"
+        return torch_func_vmap(symbol.printed_name, fn, in_dims, randomness, tuple(args), dict(kwargs))
+
+    def per_example_rank(self, x) -> int:
+        return x.ndim - 1 if self.is_batched(x) else x.ndim
+
+
+class _KeywordCall:
+    """``impl(*args[:n], **dict(zip(names, args[n:])))``: keyword tensors mapped positionally."""
+
+    def __init__(self, impl, positional: int, names: tuple):
+        self.impl, self.positional, self.names = impl, positional, names
+
+    def __call__(self, *args, **kwargs):
+        given = dict(zip(self.names, args[self.positional :]))
+        return self.impl(*args[: self.positional], **given, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"keywords({getattr(self.impl, '__name__', self.impl)}, {self.names})"
+
+
+def _key(symbol: Symbol) -> str:
+    return f"prims.{symbol.name}" if symbol.is_prim else symbol.name
+
+
+def _aligned(batcher: Batcher, x, rank: int):
+    """A batched ``x`` with singleton dimensions after the batch up to ``rank`` example dims."""
+    if not batcher.is_batched(x):
+        return x
+    missing = rank - (x.ndim - 1)
+    if missing <= 0:
+        return x
+    aligned = _call("reshape", x, (x.shape[0], *([1] * missing), *x.shape[1:]))
+    batcher.batched.add(id(aligned))
+    return aligned
+
+
+def _elementwise(symbol, batcher, args, kwargs):
+    tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
+    rank = max(batcher.per_example_rank(x) for x in tensors)
+    args = tree_map(lambda x: _aligned(batcher, x, rank) if isinstance(x, TensorProxy) else x, args)
+    kwargs = tree_map(lambda x: _aligned(batcher, x, rank) if isinstance(x, TensorProxy) else x, kwargs)
+    return symbol(*args, **kwargs)
+
+
+def _only_first_batched(batcher, args, kwargs) -> bool:
+    return batcher.is_batched(args[0]) and not any(batcher.is_batched(x) for x in leaves((args[1:], kwargs)))
+
+
+def _shift(dim):
+    if isinstance(dim, int):
+        return dim + 1 if dim >= 0 else dim
+    return tuple(_shift(d) for d in dim)
+
+
+def _with_dim(symbol, batcher, args, kwargs):
+    """Ops whose ``dim`` (second positional or keyword) counts the example's dimensions."""
+    if not args or not _only_first_batched(batcher, args, kwargs):
+        return None
+    x = args[0]
+    if len(args) > 1:
+        dim, rest, keyword = args[1], args[2:], False
+    else:
+        dim, rest, keyword = kwargs.get("dim"), (), "dim" in kwargs
+    if dim is None or dim == ():
+        if symbol.name not in _FULL_WHEN_NO_DIM:
+            return None
+        if x.ndim == 1:  # a scalar per example: the sum is the value itself
+            return None
+        dim = tuple(range(1, x.ndim))
+    elif isinstance(dim, (list, tuple)) and all(isinstance(d, int) for d in dim):
+        dim = _shift(tuple(dim))
+    elif isinstance(dim, int):
+        dim = _shift(dim)
+    else:
+        return None
+    if keyword or len(args) == 1:
+        return symbol(x, *rest, **{**kwargs, "dim": dim})
+    return symbol(x, dim, *rest, **kwargs)
+
+
+def _reshape(symbol, batcher, args, kwargs):
+    if kwargs or not _only_first_batched(batcher, args, kwargs):
+        return None
+    x, shape = args[0], args[1:]
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    return symbol(x, (x.shape[0], *shape))
+
+
+def _unsqueeze(symbol, batcher, args, kwargs):
+    if kwargs or len(args) != 2 or not _only_first_batched(batcher, args, kwargs):
+        return None
+    return symbol(args[0], _shift(args[1]))
+
+
+def _transpose(symbol, batcher, args, kwargs):
+    if kwargs or len(args) != 3 or not _only_first_batched(batcher, args, kwargs):
+        return None
+    return symbol(args[0], _shift(args[1]), _shift(args[2]))
+
+
+def _permute(symbol, batcher, args, kwargs):
+    if kwargs or not _only_first_batched(batcher, args, kwargs):
+        return None
+    x, dims = args[0], args[1:]
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    rank = x.ndim - 1
+    return symbol(x, (0, *(d % rank + 1 for d in dims)) if rank else (0,))
+
+
+def _t(symbol, batcher, args, kwargs):
+    if kwargs or len(args) != 1 or not _only_first_batched(batcher, args, kwargs):
+        return None
+    x = args[0]
+    return _call("transpose", x, 1, 2) if x.ndim == 3 else x
+
+
+def _expand(symbol, batcher, args, kwargs):
+    if kwargs or not _only_first_batched(batcher, args, kwargs):
+        return None
+    x, shape = args[0], args[1:]
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    x = _aligned(batcher, x, len(shape))
+    return symbol(x, (x.shape[0], *shape))
+
+
+def _linear(symbol, batcher, args, kwargs):
+    if not _only_first_batched(batcher, args, kwargs) or args[0].ndim < 2:
+        return None
+    return symbol(*args, **kwargs)
+
+
+def _matmul(symbol, batcher, args, kwargs):
+    if kwargs or len(args) != 2:
+        return None
+    a, b = args
+    a_batched, b_batched = batcher.is_batched(a), batcher.is_batched(b)
+    ra, rb = batcher.per_example_rank(a), batcher.per_example_rank(b)
+    if a_batched and not b_batched and rb <= 2 and ra >= 1:
+        return symbol(a, b)  # (B, ..., k) @ (k, m) or (k,): the batch is one more leading dim
+    if b_batched and not a_batched and ra >= 2 and rb >= 2:
+        return symbol(a, b)  # (n, k) @ (B, ..., k, m): broadcast over the leading dims
+    if a_batched and b_batched and ra >= 2 and rb >= 2:
+        rank = max(ra, rb)
+        return symbol(_aligned(batcher, a, rank), _aligned(batcher, b, rank))
+    return None
+
+
+def _dim_of_aligned(position: int):
+    """Ops of several same-rank tensors with a ``dim`` at ``position`` (softmax backwards)."""
+
+    def rule(symbol, batcher, args, kwargs):
+        tensors = [x for x in args if isinstance(x, TensorProxy)]
+        if kwargs or len(args) <= position or not all(batcher.is_batched(x) for x in tensors):
+            return None
+        if len({x.ndim for x in tensors}) != 1 or not isinstance(args[position], int):
+            return None
+        return symbol(*args[:position], _shift(args[position]), *args[position + 1 :])
+
+    return rule
+
+
+def _examples_merged_into_dim_0(symbol, batcher, args, kwargs):
+    """Ops that compute each index of their inputs' dimension 0 on its own (attention and its
+    backward over (N, heads, L, E)): the batch is merged into that dimension and split off again.
+    Unbatched tensors (a mask) must broadcast over it: two dimensions at most."""
+    tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
+    batched = [x for x in tensors if batcher.is_batched(x)]
+    if any(not batcher.is_batched(x) and x.ndim > 2 for x in tensors):
+        return None
+    if any(x.ndim < 3 for x in batched) or len({x.shape[1] for x in batched}) != 1:
+        return None
+    size, inner = batcher.size, batched[0].shape[1]
+
+    def merge(x):
+        if isinstance(x, TensorProxy) and batcher.is_batched(x):
+            return _call("reshape", x, (size * inner, *x.shape[2:]))
+        return x
+
+    out = symbol(*tree_map(merge, args), **tree_map(merge, kwargs))
+
+    def split(y):
+        if isinstance(y, TensorProxy) and y.ndim >= 1 and y.shape[0] == size * inner:
+            return _call("reshape", y, (size, inner, *y.shape[1:]))
+        if isinstance(y, TensorProxy):
+            batcher.not_batched.add(id(y))  # a random seed, an offset: one for the whole call
+        return y
+
+    return tree_map(split, out)
+
+
+def _no_tensor_in(index) -> bool:
+    return not any(isinstance(x, torch.Tensor) for x in leaves(index))
+
+
+def _past_batch(index) -> tuple:
+    """A basic index (ints, slices, None, Ellipsis) of one example, for the batch."""
+    index = index if type(index) is tuple else (index,)
+    return index if index[:1] == (Ellipsis,) else (slice(None), *index)
+
+
+def _getitem(symbol, batcher, args, kwargs):
+    if (
+        kwargs
+        or len(args) != 2
+        or not _only_first_batched(batcher, args, kwargs)
+        or not _no_tensor_in(args[1])
+    ):
+        return None
+    if any(isinstance(i, bool) for i in leaves(args[1])):
+        return None
+    return symbol(args[0], _past_batch(args[1]))
+
+
+def _basic_index_backward(symbol, batcher, args, kwargs):
+    if (
+        kwargs
+        or len(args) != 3
+        or not _only_first_batched(batcher, args, kwargs)
+        or not _no_tensor_in(args[2])
+    ):
+        return None
+    grad, shape, index = args
+    return symbol(grad, (batcher.size, *shape), _past_batch(index))
+
+
+def _split(symbol, batcher, args, kwargs):
+    if not _only_first_batched(batcher, args, kwargs) or len(args) < 2:
+        return None
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+    if not isinstance(dim, int):
+        return None
+    return symbol(args[0], args[1], _shift(dim))
+
+
+def _cat(symbol, batcher, args, kwargs):
+    tensors = list(args[0]) if args and isinstance(args[0], (list, tuple)) else None
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if tensors is None or not isinstance(dim, int) or set(kwargs) - {"dim"}:
+        return None
+    every = []
+    for x in tensors:
+        if not batcher.is_batched(x):  # the same for every example: repeated along the batch
+            x = _call("expand", _call("unsqueeze", x, 0), (batcher.size, *x.shape))
+        every.append(x)
+    return symbol(every, _shift(dim))
+
+
+_ATTENTION = (
+    "scaled_dot_product_attention",
+    "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten._scaled_dot_product_efficient_attention",
+    "aten._scaled_dot_product_efficient_attention_backward",
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_flash_attention_backward",
+)
+_RULES = {name: _elementwise for name in _ELEMENTWISE}
+_RULES.update({name: _examples_merged_into_dim_0 for name in _ATTENTION})
+_RULES.update(
+    {"getitem": _getitem, "basic_index_backward": _basic_index_backward, "split": _split, "cat": _cat}
+)
+_RULES.update({"aten._log_softmax": _with_dim, "aten._softmax": _with_dim})
+_RULES.update(
+    {name: _dim_of_aligned(2) for name in ("aten._log_softmax_backward_data", "aten._softmax_backward_data")}
+)
+_RULES.update({name: _with_dim for name in _REDUCTIONS})
+_RULES.update(
+    {
+        "reshape": _reshape,
+        "view": _reshape,
+        "unsqueeze": _unsqueeze,
+        "transpose": _transpose,
+        "swapaxes": _transpose,
+        "permute": _permute,
+        "prims.permute": _permute,
+        "t": _t,
+        "expand": _expand,
+        "linear": _linear,
+        "matmul": _matmul,
+    }
+)
