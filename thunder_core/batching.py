@@ -87,6 +87,11 @@ class Batcher:
         for bsym in bound_symbols:
             args, kwargs = tree_map(self.value, bsym.args), tree_map(self.value, bsym.kwargs)
             if not any(self.is_batched(x) for x in leaves((args, kwargs))):
+                if bsym.symbol.has_tag(RANDOM) and self.randomness == "error":
+                    raise ThunderCoreError(
+                        f"thunder_core.vmap: {bsym.symbol.printed_name} draws random numbers; pass "
+                        "randomness='different' (each example its own) or 'same' (one draw for all), as torch.func.vmap"
+                    )
                 if bsym.symbol.has_tag(RANDOM) and self.randomness == "different":
                     raise ThunderCoreError(
                         f"thunder_core.vmap: {bsym.symbol.printed_name} draws random numbers from no batched "
@@ -95,11 +100,6 @@ class Batcher:
                 out = bsym.symbol(*args, **kwargs)
                 self._bind_outputs(bsym.output, out, batched=False)
                 continue
-            if bsym.symbol.has_tag(RANDOM) and self.randomness == "error":
-                raise ThunderCoreError(
-                    f"thunder_core.vmap: {bsym.symbol.printed_name} draws random numbers; pass "
-                    "randomness='different' (each example its own) or 'same' (one draw for all), as torch.func.vmap"
-                )
             rule = None if bsym.symbol.has_tag(RANDOM) else _RULES.get(_key(bsym.symbol))
             out = rule(bsym.symbol, self, args, kwargs) if rule is not None else None
             if out is None:
@@ -188,17 +188,19 @@ def _with_dim(symbol, batcher, args, kwargs):
     if not args or not _only_first_batched(batcher, args, kwargs):
         return None
     x = args[0]
+    if x.ndim == 1:  # one number per example: dims 0 and -1 both name it
+        return None
     if len(args) > 1:
         dim, rest, keyword = args[1], args[2:], False
     else:
         dim, rest, keyword = kwargs.get("dim"), (), "dim" in kwargs
+    if isinstance(dim, bool):  # var(x, True): ``unbiased``, not a dim
+        return None
     if dim is None or dim == ():
         if symbol.name not in _FULL_WHEN_NO_DIM:
             return None
-        if x.ndim == 1:  # a scalar per example: the sum is the value itself
-            return None
         dim = tuple(range(1, x.ndim))
-    elif isinstance(dim, (list, tuple)) and all(isinstance(d, int) for d in dim):
+    elif isinstance(dim, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in dim):
         dim = _shift(tuple(dim))
     elif isinstance(dim, int):
         dim = _shift(dim)
@@ -225,7 +227,7 @@ def _unsqueeze(symbol, batcher, args, kwargs):
 
 
 def _transpose(symbol, batcher, args, kwargs):
-    if kwargs or len(args) != 3 or not _only_first_batched(batcher, args, kwargs):
+    if kwargs or len(args) != 3 or not _only_first_batched(batcher, args, kwargs) or args[0].ndim == 1:
         return None
     return symbol(args[0], _shift(args[1]), _shift(args[2]))
 
@@ -361,7 +363,7 @@ def _split(symbol, batcher, args, kwargs):
     if not _only_first_batched(batcher, args, kwargs) or len(args) < 2:
         return None
     dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
-    if not isinstance(dim, int):
+    if not isinstance(dim, int) or args[0].ndim == 1:
         return None
     return symbol(args[0], args[1], _shift(dim))
 
