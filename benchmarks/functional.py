@@ -1,7 +1,7 @@
 """Functional transforms: torch.func eagerly, torch.compile of the same torch.func program, and
 thunder_core's transforms compiled by ``thunder_core.jit`` (one trace each), on the CPU.
 
-    python benchmarks/functional.py [--rounds 3] [--cases mlp-grad hvp block-grad]
+    python benchmarks/functional.py [--rounds 3] [--cases mlp-grad hvp block-grad mlp-per-sample block-per-sample ensemble]
 
 Cases:
 
@@ -11,12 +11,17 @@ Cases:
   torch.func's forward-over-reverse fails on gelu and mse_loss) with respect to the first weight
   matrix, forward-over-reverse (``jvp(grad(f), (w,), (v,))``);
 - ``block-grad``: the gradient of a litgpt transformer block (width 256, 4 heads, batch 8 x 128
-  tokens) with respect to its parameters through ``torch.func.functional_call``.
+  tokens) with respect to its parameters through ``torch.func.functional_call``;
+- ``mlp-per-sample``: per-sample gradients of the MLP's loss, 64 examples
+  (``vmap(grad(loss), in_dims=(None, 0, 0))``);
+- ``block-per-sample``: per-sample gradients of the litgpt block's parameters, 64 examples of 32
+  tokens;
+- ``ensemble``: 8 MLPs with their parameters stacked (``torch.func.stack_module_state``), each run
+  on the same batch of 64 (``vmap(run, in_dims=(0, None))``).
 
 Each backend runs in a fresh process (results checked against eager torch.func's), backends
 interleaved round after round; printed: the median step time with its spread over rounds and the
-per-round ratios against eager torch.func and torch.compile. Per-sample gradients and ensembles
-need ``vmap``, which thunder_core does not have yet.
+per-round ratios against eager torch.func and torch.compile.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from measure import interleaved, median_seconds, round_ratios, run_isolated, spread  # noqa: E402
 
-CASES = ["mlp-grad", "hvp", "block-grad"]
+CASES = ["mlp-grad", "hvp", "block-grad", "mlp-per-sample", "block-per-sample", "ensemble"]
 BACKENDS = ["torch.func", "torch.compile", "thunder_core"]
 
 
@@ -72,19 +77,53 @@ def _program(case: str, transforms):
 
         v = torch.randn_like(params["w1"])
         return (lambda w, v: transforms.jvp(transforms.grad(f), (w,), (v,))[1]), (params["w1"], v)
+    if case == "mlp-per-sample":
+        params, x, y, loss, _ = _mlp()
+        per_sample = transforms.vmap(transforms.grad(loss), in_dims=(None, 0, 0))
+        return (lambda params, x, y: per_sample(params, x, y)), (params, x, y)
+    if case == "ensemble":
+        return _ensemble(transforms)
     from thunder_core.testing.models import small_litgpt
 
     torch.manual_seed(0)
     model = small_litgpt(n_layer=1, n_embd=256, vocab=256, block_size=128)
     block = model.transformer.h[0]
     params = {name: p.detach() for name, p in block.named_parameters()}
-    x = torch.randn(8, 128, 256)
-    cos, sin = model.cos[:128].unsqueeze(0), model.sin[:128].unsqueeze(0)
+    length = 32 if case == "block-per-sample" else 128
+    x = torch.randn(64 if case == "block-per-sample" else 8, length, 256)
+    cos, sin = model.cos[:length].unsqueeze(0), model.sin[:length].unsqueeze(0)
 
     def loss(params, x):
         return torch.func.functional_call(block, params, (x, cos, sin)).pow(2).mean()
 
+    if case == "block-per-sample":
+
+        def loss_of_one(params, example):
+            return loss(params, example.unsqueeze(0))
+
+        per_sample = transforms.vmap(transforms.grad(loss_of_one), in_dims=(None, 0))
+        return (lambda params, x: per_sample(params, x)), (params, x)
     return (lambda params, x: transforms.grad(loss)(params, x)), (params, x)
+
+
+def _ensemble(transforms):
+    import torch
+
+    torch.manual_seed(0)
+    members = [
+        torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512))
+        for _ in range(8)
+    ]
+    stacked, _ = torch.func.stack_module_state(members)
+    stacked = {name: p.detach() for name, p in stacked.items()}
+    base = members[0].to("meta")
+    x = torch.randn(64, 512)
+
+    def run(params, x):
+        return torch.func.functional_call(base, params, (x,))
+
+    ensemble = transforms.vmap(run, in_dims=(0, None))
+    return (lambda params, x: ensemble(params, x)), (stacked, x)
 
 
 def worker(case: str, backend: str) -> None:
@@ -119,7 +158,7 @@ def main() -> None:
         f"functional transforms, CPU, {os.cpu_count()} cores; {args.rounds} rounds, each backend in a fresh process"
     )
     print(
-        f"{'case':11s} {'backend':14s} {'ms, median (spread)':>24s} {'vs torch.func':>14s} {'vs compile':>11s}"
+        f"{'case':16s} {'backend':14s} {'ms, median (spread)':>24s} {'vs torch.func':>14s} {'vs compile':>11s}"
     )
     for case in args.cases:
         runs = interleaved(
@@ -130,7 +169,7 @@ def main() -> None:
         for backend in BACKENDS:
             ok = [r for r in runs[backend] if "step_s" in r]
             if not ok:
-                print(f"{case:11s} {backend:14s}  failed: {runs[backend][0].get('error')}")
+                print(f"{case:16s} {backend:14s}  failed: {runs[backend][0].get('error')}")
                 continue
             eager = statistics.median(
                 round_ratios(runs["torch.func"], runs[backend], "step_s") or [float("nan")]
@@ -139,7 +178,7 @@ def main() -> None:
                 round_ratios(runs["torch.compile"], runs[backend], "step_s") or [float("nan")]
             )
             times = spread([r["step_s"] for r in ok], 1e3)
-            print(f"{case:11s} {backend:14s} {times:>24s} {eager:13.2f}x {compiled:10.2f}x", flush=True)
+            print(f"{case:16s} {backend:14s} {times:>24s} {eager:13.2f}x {compiled:10.2f}x", flush=True)
 
 
 if __name__ == "__main__":
