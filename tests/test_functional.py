@@ -317,6 +317,10 @@ VMAP_CASES = {
         lambda x, w, b: torch.softmax(torch.nn.functional.linear(x, w, b), -1),
         (0, None, None), 0, [(5, 2, 8), (4, 8), (4,)],
     ),
+    "linear with a weight per example (ensembles), batched and unbatched inputs": (
+        lambda x, w, b, v: torch.nn.functional.linear(x, w, b).sum(-1) + torch.nn.functional.linear(v, w).sum(),
+        (None, 0, 0, 0), 0, [(3, 5, 8), (4, 6, 8), (4, 6), (4, 8)],
+    ),
     "ops without a rule go through torch.func": (
         lambda x, y: torch.cumprod(torch.cat([x, y]), 0) + torch.flip(x, (0,)).sum(),
         (0, 0), 0, [(5, 3), (5, 3)],

@@ -260,9 +260,30 @@ def _expand(symbol, batcher, args, kwargs):
 
 
 def _linear(symbol, batcher, args, kwargs):
-    if not _only_first_batched(batcher, args, kwargs) or args[0].ndim < 2:
+    if _only_first_batched(batcher, args, kwargs) and args[0].ndim >= 2:
+        return symbol(*args, **kwargs)  # (B, ..., in): the batch is one more leading dim
+    x, weight = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if not batcher.is_batched(weight) or weight.ndim != 3:
         return None
-    return symbol(*args, **kwargs)
+    # A weight per example (an ensemble): x @ W^T (+ b) as a batched matrix product.
+    rank = batcher.per_example_rank(x)
+    transposed = _call("transpose", weight, -1, -2)  # (B, in, out)
+    batcher.batched.add(id(transposed))
+    if batcher.is_batched(x):
+        single = rank == 1
+        x = _call("reshape", x, (x.shape[0], 1, x.shape[1])) if single else x
+        batcher.batched.add(id(x))
+        out = _call("matmul", _aligned(batcher, x, max(rank, 2)), _aligned(batcher, transposed, max(rank, 2)))
+        if single:
+            out = _call("reshape", out, (out.shape[0], out.shape[-1]))
+    else:
+        out = _call("matmul", x, _aligned(batcher, transposed, max(rank, 2)))
+    batcher.batched.add(id(out))
+    if bias is not None:
+        out_rank = out.ndim - 1
+        out = _call("add", out, _aligned(batcher, bias, out_rank))
+    return out
 
 
 def _matmul(symbol, batcher, args, kwargs):
