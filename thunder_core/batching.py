@@ -56,9 +56,9 @@ _FULL_WHEN_NO_DIM = frozenset("sum mean".split())
 
 
 def _call(name: str, *args, **kwargs):
-    from thunder_core.extend import get_symbol
+    from thunder_core.ops.registry import TORCH_SYMBOLS
 
-    return get_symbol(name)(*args, **kwargs)
+    return TORCH_SYMBOLS[name](*args, **kwargs)
 
 
 class Batcher:
