@@ -202,20 +202,28 @@ KNOWN_VJP_FAILURES = {
     "zero_": "in-place on a differentiated input: refused",
 }
 KNOWN_JVP_FAILURES = {
-    **KNOWN_VJP_FAILURES,
-    "as_strided_scatter": "overlapping strides: the transposed VJP sums where torch's forward rule writes once",
-    "nn.functional.max_unpool2d": "repeated indices: which write wins differs",
-    "nn.functional.max_unpool3d": "repeated indices: which write wins differs",
-    "logcumsumexp": "to be investigated: nan against torch's forward rule",
-    "scatter_reduce.prod": "to be investigated",
-    "linalg.cholesky": "a non-symmetric tangent: the VJP symmetrizes, torch's forward rule does not",
+    "masked_select": "the output's shape depends on tensor data",
+    "nn.functional.gaussian_nll_loss": "reads tensor data (a value check)",
+    "nn.functional.rrelu": "random: another draw than torch.func's",
 }
 
 
 def _opinfo_transform_sweep() -> dict:
+    from thunder_core import functional
     from thunder_core.testing.opinfo import grad_cases, op_db, opinfo_id
 
-    results = {"vjp": {"own": [], "fallback": [], "failed": {}}, "jvp": {"passed": [], "failed": {}}}
+    results = {
+        "vjp": {"own": [], "fallback": [], "failed": {}},
+        "jvp": {"passed": [], "failed": {}, "torch.func": [], "transposed": []},
+    }
+    transposed = []
+    by_transposing = functional._jvp_by_transposing
+
+    def count_transposed(*args, **kwargs):  # the whole function's JVP as the transpose of its VJP
+        transposed.append(True)
+        return by_transposing(*args, **kwargs)
+
+    functional._jvp_by_transposing = count_transposed
     for opinfo in op_db():
         if not opinfo.supports_autograd:
             continue
@@ -260,13 +268,19 @@ def _opinfo_transform_sweep() -> dict:
         except Exception as error:  # noqa: BLE001 - reported by name below
             results["vjp"]["failed"][name] = f"{type(error).__name__}: {str(error)[:120]}"
         try:
+            transposed.clear()
             jitted = thunder_core.jit(lambda xs, ts, f=f: thunder_core.jvp(f, xs, ts)[1])
             torch.testing.assert_close(
                 jitted(tuple(primals), tangents), expected_jvp, atol=1e-4, rtol=1e-4, equal_nan=True
             )
             results["jvp"]["passed"].append(name)
+            if transposed:
+                results["jvp"]["transposed"].append(name)
+            elif any("torch_func_jvp" in o.operation for o in thunder_core.explain(jitted).operations):
+                results["jvp"]["torch.func"].append(name)
         except Exception as error:  # noqa: BLE001 - reported by name below
             results["jvp"]["failed"][name] = f"{type(error).__name__}: {str(error)[:120]}"
+    functional._jvp_by_transposing = by_transposing
     return results
 
 
@@ -280,9 +294,13 @@ def test_vjp_and_jvp_against_torch_func_on_the_opinfo_samples():
     print(
         f"\nOpInfo transforms against torch.func (first float32 sample, CPU): vjp {vjp_passed}/{vjp_total} "
         f"({len(vjp['own'])} with thunder_core's own VJP rules, {len(vjp['fallback'])} with the PyTorch-autograd "
-        f"fallback for some op, {len(vjp['failed'])} fail); jvp {len(jvp['passed'])}/{jvp_total} (all as the "
-        f"transpose of the VJP: no forward-mode rules of its own yet; {len(jvp['failed'])} fail)"
+        f"fallback for some op, {len(vjp['failed'])} fail); jvp {len(jvp['passed'])}/{jvp_total} "
+        f"({len(jvp['passed']) - len(jvp['torch.func']) - len(jvp['transposed'])} with thunder_core's forward-mode "
+        f"rules only, {len(jvp['torch.func'])} with torch.func.jvp for some op, {len(jvp['transposed'])} as the "
+        f"transpose of the VJP; {len(jvp['failed'])} fail)"
     )
+    for name, reason in sorted(jvp["failed"].items()):
+        print(f"  jvp {name}: {reason}")
     assert vjp_passed / vjp_total >= 0.98 and len(jvp["passed"]) / jvp_total >= 0.95
     for kind, known in (("vjp", KNOWN_VJP_FAILURES), ("jvp", KNOWN_JVP_FAILURES)):
         failed = results[kind]["failed"]

@@ -29,7 +29,7 @@ LAYERS = [
     ("ir",),
     ("ops",),
     ("capture",),
-    ("autodiff", "transforms", "batching"),
+    ("autodiff", "transforms", "batching", "forward_mode"),
     ("plugins.errors", "plugins.hookspecs", "plugins.probes", "plugins.config"),
     ("executors",),
     ("plugins",),

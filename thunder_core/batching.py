@@ -31,9 +31,30 @@ def _vmapped_impl(name, fn, in_dims, randomness, args, kwargs):
 
 
 def _vmapped_meta(name, fn, in_dims, randomness, args, kwargs):
+    # ``fn`` on one example's stand-ins, the batch prepended to its outputs: ``torch.func.vmap``
+    # is not run on meta tensors (an op failing there can leave functorch's state broken).
     recorder = active_recorder()
-    arguments = (name, fn, in_dims, randomness, args, kwargs)
-    return run_on_meta(_vmapped_impl, arguments, {}, recorder.new_proxy, inplace=False)
+    sizes = []
+
+    def example(x, dim):
+        if isinstance(dim, (tuple, list)):
+            return type(x)(example(item, d) for item, d in zip(x, dim))
+        if isinstance(x, TensorProxy) and dim is not None:
+            sizes.append(x.shape[dim])
+            shape = [s for i, s in enumerate(x.shape) if i != dim % x.ndim]
+            return TensorProxy(recorder.namer(), shape, x.dtype, x.device, x.requires_grad)
+        return x
+
+    examples = tuple(example(a, d) for a, d in zip(args, in_dims))
+    out = run_on_meta(fn, examples, kwargs, recorder.new_proxy, inplace=False)
+    return tree_map(
+        lambda y: (
+            recorder.new_proxy((sizes[0], *y.shape), y.dtype, y.device, y.requires_grad, None)
+            if isinstance(y, TensorProxy)
+            else y
+        ),
+        out,
+    )
 
 
 #: One operation without a batching rule (named by its first argument, as the trace prints it),

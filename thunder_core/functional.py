@@ -285,9 +285,10 @@ def jvp(fn: Callable, primals: tuple, tangents: tuple, *, has_aux: bool = False)
     """``torch.func.jvp``: ``(fn(*primals), J @ tangents)`` (``(output, jvp_out, aux)`` with
     ``has_aux``), shaped like the output.
 
-    Computed as the transpose of the VJP: the VJP ``u -> J^T u`` is linear in ``u``, so its own
-    VJP at the tangents is ``J @ tangents`` (a VJP of the VJP, with the second-order VJP rules);
-    forward-mode rules of their own are not written yet.
+    Forward mode: ``fn`` is recorded once and replayed with the tangents pushed forward by each
+    operation's forward-mode rule (see ``thunder_core.forward_mode``; ``torch.func.jvp`` for an
+    operation without one). Where that cannot be traced, the transpose of the VJP is used: the
+    VJP ``u -> J^T u`` is linear in ``u``, so its own VJP at the tangents is ``J @ tangents``.
     """
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise ThunderCoreError(
@@ -298,6 +299,46 @@ def jvp(fn: Callable, primals: tuple, tangents: tuple, *, has_aux: bool = False)
         return compiled(primals, tangents)
     if pytree.tree_structure(primals) != pytree.tree_structure(tangents):
         raise ThunderCoreError("thunder_core.jvp: the tangents must be shaped like the primals")
+    pushed = _pushed_forward(fn, primals, tangents, has_aux)
+    if pushed is None:
+        return _jvp_by_transposing(fn, primals, tangents, has_aux)
+    output, jvp_out, aux = pushed
+    return (output, jvp_out, aux) if has_aux else (output, jvp_out)
+
+
+def _pushed_forward(fn: Callable, primals: tuple, tangents: tuple, has_aux: bool):
+    """Forward mode, recorded aside and copied into the capture only when it all traced (so an
+    operation that cannot be is never recorded twice); None when it could not be traced."""
+    from thunder_core.forward_mode import pushforward
+
+    recorder = active_recorder()
+    scratch = Recorder(recorder.namer, top_level=recorder.top_level)
+    push_recorder(scratch)
+    try:
+        outputs, output_tangents, aux, spec = pushforward(fn, primals, tangents, has_aux)
+    except ThunderCoreError:
+        raise
+    except Exception:  # noqa: BLE001 - e.g. an operation PyTorch has no forward-mode formula for
+        return None
+    finally:
+        pop_recorder()
+    renamed: dict[int, Any] = {}
+
+    def rename(x):
+        return renamed.get(id(x), x) if isinstance(x, PROXY_TYPES) else x
+
+    with torch._C.DisableTorchFunction():  # thunder_core's own symbol calls, not the user's
+        for bsym in scratch.bound_symbols:
+            out = bsym.symbol(*tree_map(rename, bsym.args), **tree_map(rename, bsym.kwargs))
+            for old, new in zip(leaves(bsym.output), leaves(out)):
+                if isinstance(old, PROXY_TYPES) and old is not new:
+                    renamed[id(old)] = new
+    outputs, output_tangents = [rename(x) for x in outputs], [rename(x) for x in output_tangents]
+    aux = tree_map(rename, aux)
+    return pytree.tree_unflatten(outputs, spec), pytree.tree_unflatten(output_tangents, spec), aux
+
+
+def _jvp_by_transposing(fn: Callable, primals: tuple, tangents: tuple, has_aux: bool):
     done = _Differentiated(fn, primals, {}, list(range(len(pytree.tree_leaves(primals)))), has_aux)
     flat_output, output_spec = pytree.tree_flatten(done.output)
     from thunder_core.autodiff.helpers import ops
