@@ -16,8 +16,12 @@ import torch
 
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbols import OPAQUE, Symbol, active_recorder
+from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, OPAQUE, Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
+
+
+class NotForwardDifferentiable(Exception):
+    """An operation forward mode cannot push a tangent through (an autograd-fallback backward)."""
 
 
 def _jvp_impl(name, fn, args, kwargs, positions, tangents):
@@ -100,6 +104,10 @@ class Pushforward:
             if bsym.subsymbols and not bsym.symbol.has_tag(OPAQUE):
                 self.replay(bsym.subsymbols)
                 continue
+            if bsym.symbol.has_tag(AUTOGRAD_FALLBACK):
+                # PyTorch autograd's graph, kept in a handle from the forward: torch.func.jvp
+                # cannot push a tangent through it. The caller takes the transpose of the VJP.
+                raise NotForwardDifferentiable(bsym.symbol.printed_name)
             self._fallback(bsym, args, kwargs)
 
     def _bind(self, recorded, out, tangents) -> None:
