@@ -341,6 +341,9 @@ VMAP_CASES = {
         lambda a, v, b, c: ((a @ b).sum() + (v @ b).sum() + (b.T @ c).sum() + (a @ c).sum()),
         (0, 0, None, 0), 0, [(5, 3, 4), (5, 4), (4, 6), (5, 4, 2)],
     ),
+    "matmul of an unbatched stack of matrices by a batched matrix": (
+        lambda a, b: a @ b, (None, 0), 0, [(3, 2, 4), (5, 4, 6)],
+    ),
     "linear and softmax": (
         lambda x, w, b: torch.softmax(torch.nn.functional.linear(x, w, b), -1),
         (0, None, None), 0, [(5, 2, 8), (4, 8), (4,)],
@@ -404,6 +407,31 @@ def test_per_example_gradients_and_ensembles_through_functional_call():
     )
 
 
+def test_functional_call_of_a_jitted_module_with_the_transforms():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    jitted = thunder_core.jit(model)
+    params = {name: p.detach() * 2 for name, p in model.named_parameters()}
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(
+        torch.func.functional_call(jitted, params, (x,)), torch.func.functional_call(model, params, (x,))
+    )
+
+    def loss(module):
+        return lambda p, x: torch.func.functional_call(module, p, (x,)).square().sum()
+
+    ours = thunder_core.grad(loss(jitted))(params, x)
+    expected = torch.func.grad(loss(model))(params, x)
+    for name in expected:
+        torch.testing.assert_close(ours[name], expected[name])
+    per_example = thunder_core.vmap(thunder_core.grad(loss(jitted)), in_dims=(None, 0))(params, x)
+    torch.testing.assert_close(
+        per_example["0.weight"],
+        torch.func.vmap(torch.func.grad(loss(model)), in_dims=(None, 0))(params, x)["0.weight"],
+    )
+    torch.testing.assert_close(jitted(x), model(x))  # its own parameters again afterwards
+
+
 def test_vmap_nests_with_itself_and_under_grad():
     a, b = torch.randn(3, 5), torch.randn(4, 5)
     pairwise = thunder_core.vmap(
@@ -451,6 +479,8 @@ def test_vmap_bad_input_and_randomness():
         thunder_core.vmap(torch.sin, in_dims=None)(x)
     with pytest.raises(thunder_core.ThunderCoreError, match="one entry per positional argument"):
         thunder_core.vmap(torch.add, in_dims=(0,))(x, x)
+    with pytest.raises(thunder_core.ThunderCoreError, match="in place"):
+        thunder_core.vmap(lambda v: (v * 2).add_(1))(x)
     with pytest.raises(thunder_core.ThunderCoreError, match="randomness must be one of"):
         thunder_core.vmap(torch.sin, randomness="maybe")
     dropout = lambda v: torch.nn.functional.dropout(v, 0.5)  # noqa: E731
@@ -518,6 +548,8 @@ KNOWN_VMAP_FAILURES = {
     "new_empty": "uninitialized memory: the values differ by design",
     "new_empty_strided": "uninitialized memory: the values differ by design",
     "resize_": "an in-place resize: refused by capture (outside vmap too)",
+    "zero_": "in place on a mapped value: refused with the reason",
+    "resize_as_": "in place on a mapped value: refused with the reason",
 }
 
 

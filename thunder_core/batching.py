@@ -17,7 +17,7 @@ import torch
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbols import RANDOM, Symbol, active_recorder
+from thunder_core.ir.symbols import INPLACE, RANDOM, Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
 
 RANDOMNESS = ("error", "different", "same")
@@ -121,6 +121,11 @@ class Batcher:
                 out = bsym.symbol(*args, **kwargs)
                 self._bind_outputs(bsym.output, out, batched=False)
                 continue
+            if bsym.symbol.has_tag(INPLACE):
+                raise ThunderCoreError(
+                    f"thunder_core.vmap: {bsym.symbol.printed_name} updates a tensor in place where a mapped "
+                    "value is involved, which vmap does not support yet; use the out-of-place operation"
+                )
             rule = None if bsym.symbol.has_tag(RANDOM) else _RULES.get(_key(bsym.symbol))
             out = rule(bsym.symbol, self, args, kwargs) if rule is not None else None
             if out is None:
@@ -238,6 +243,8 @@ def _reshape(symbol, batcher, args, kwargs):
     x, shape = args[0], args[1:]
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
         shape = tuple(shape[0])
+    if not all(isinstance(size, (int, torch.SymInt)) for size in shape):  # view(dtype): not a shape
+        return None
     return symbol(x, (x.shape[0], *shape))
 
 
@@ -316,7 +323,8 @@ def _matmul(symbol, batcher, args, kwargs):
     if a_batched and not b_batched and rb <= 2 and ra >= 1:
         return symbol(a, b)  # (B, ..., k) @ (k, m) or (k,): the batch is one more leading dim
     if b_batched and not a_batched and ra >= 2 and rb >= 2:
-        return symbol(a, b)  # (n, k) @ (B, ..., k, m): broadcast over the leading dims
+        # (..., n, k) @ (B, ..., k, m): b's example dims aligned with a's leading dims
+        return symbol(a, _aligned(batcher, b, max(ra, rb)))
     if a_batched and b_batched and ra >= 2 and rb >= 2:
         rank = max(ra, rb)
         return symbol(_aligned(batcher, a, rank), _aligned(batcher, b, rank))

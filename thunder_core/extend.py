@@ -197,9 +197,6 @@ def new_tensor_proxy(shape, dtype, device, requires_grad: bool = False, strides=
             return new_tensor_proxy(q.shape, q.dtype, q.device)
 
         my_kernel = Symbol("myex_attention", my_kernel_impl, "myex_attention", meta=my_kernel_meta)
-
-    The recorder makes a meta's new floating-point outputs require grad when grad mode is on and
-    an input requires grad, as PyTorch's own ops do, so ``requires_grad`` rarely needs setting.
     """
     recorder = active_recorder()
     if recorder is None:

@@ -84,28 +84,6 @@ def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
 
 
-def _follow_grad_of_inputs(output, args: tuple, kwargs: dict):
-    """A hand-written ``meta``'s new floating-point outputs require grad when, with grad mode on,
-    an input does: as PyTorch's own ops behave. A meta that leaves them at ``new_tensor_proxy``'s
-    default would otherwise cut the gradient path silently (autodiff treats such a value as a
-    constant, and the operations before it get no gradient through it)."""
-    if not torch.is_grad_enabled():
-        return output
-    inputs = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
-    if not any(x.requires_grad for x in inputs):
-        return output
-    given = {id(x) for x in inputs}
-    for x in leaves(output):
-        if (
-            isinstance(x, TensorProxy)
-            and id(x) not in given
-            and not x.requires_grad
-            and (x.dtype.is_floating_point or x.dtype.is_complex)
-        ):
-            x.requires_grad_(True)
-    return output
-
-
 class Recorder:
     """Collects bound symbols; nested recorders collect decompositions (subsymbols)."""
 
@@ -120,7 +98,7 @@ class Recorder:
     def outputs(self, symbol: Symbol, args: tuple, kwargs: dict):
         try:
             if symbol.meta is not None:
-                return _follow_grad_of_inputs(symbol.meta(*args, **kwargs), args, kwargs)
+                return symbol.meta(*args, **kwargs)
             return run_on_meta(symbol.impl, args, kwargs, self.new_proxy, inplace=symbol.has_tag(INPLACE))
         except ThunderCoreError:
             raise
