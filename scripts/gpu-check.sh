@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, in one bounded run (about 9 minutes on one H100):
+# The checks that need a CUDA GPU, in one bounded run (about 5 minutes on one H100):
 #   1. the GPU executors' and plugins' tests (cudnn, cupy, nvfuser, te, apex, cudagraphs; each
 #      skips with its own probe's reason where its library is missing),
 #   2. benchmarks/gpu_training_step.py: a litgpt training step, eager / torch.compile / thunder_core,
@@ -35,11 +35,13 @@ for folder in executors/*/tests plugins/thunder-plugin-cudagraphs/tests; do
     gpu_tests+=("$folder")
 done
 echo "== GPU executors' and plugins' tests"
+status=0
 timeout "${TESTS_TIMEOUT:-200}" "$PYTHON" -m pytest -q -rfEs -p no:cacheprovider -n "${WORKERS:-8}" \
-    --timeout 150 --junitxml "$OUT/gpu-tests.xml" "${gpu_tests[@]}" 2>&1 | tee "$OUT/gpu-tests.log" | tail -60
+    --timeout 150 --junitxml "$OUT/gpu-tests.xml" "${gpu_tests[@]}" 2>&1 | tee "$OUT/gpu-tests.log" | tail -60 || status=1
 echo "== benchmarks/gpu_training_step.py"
-timeout "${BENCH_TIMEOUT:-240}" "$PYTHON" benchmarks/gpu_training_step.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30
+timeout "${BENCH_TIMEOUT:-240}" "$PYTHON" benchmarks/gpu_training_step.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 || status=1
 echo "== inductor conformance on CUDA"
 THUNDER_CONFORMANCE_DEVICE=cuda timeout "${CONFORMANCE_TIMEOUT:-150}" "$PYTHON" -m pytest -q -rfE -p no:cacheprovider \
     -n "${WORKERS:-8}" --timeout 120 executors/thunder-executor-inductor/tests/test_inductor_conformance.py \
-    2>&1 | tee "$OUT/inductor-cuda.log" | tail -30
+    2>&1 | tee "$OUT/inductor-cuda.log" | tail -30 || status=1
+exit "$status"  # non-zero when any step failed

@@ -376,6 +376,53 @@ def test_vmap_is_torch_funcs(case):
     assert bool(mapped_by_torch) == (case == "ops without a rule go through torch.func"), mapped_by_torch
 
 
+VMAP_EDGE_CASES = {
+    # name: (function, in_dims, per-argument shapes with the mapped dimension)
+    "type_as and to of an unbatched tensor": (
+        lambda x, b: x * b.type_as(x) + b.to(x), (0, None), [(3, 3), (3,)],
+    ),
+    "attention over (L, E) examples": (
+        lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+        0, [(2, 4, 8)] * 3,
+    ),
+    "list indices split by a slice": (lambda x: x[[0, 1], :, [1, 2]], 0, [(2, 3, 4, 5)]),
+    "a batched fill value": (
+        lambda v: torch.zeros(4).masked_fill(torch.tensor([True, False, True, False]), v), 0, [(5,)],
+    ),
+    "sum over no dims": (lambda x: x.sum(dim=[]) + x.amax(dim=(0,), keepdim=True).sum(), 0, [(4, 3, 2)]),
+    "view as another dtype": (lambda x: x.view(torch.int32).float(), 0, [(3, 4)]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", VMAP_EDGE_CASES)
+def test_vmap_edge_cases_are_torch_funcs(case):
+    fn, in_dims, shapes = VMAP_EDGE_CASES[case]
+    torch.manual_seed(0)
+    args = [torch.randn(shape) for shape in shapes]
+    expected = torch.func.vmap(fn, in_dims=in_dims)(*args)
+    torch.testing.assert_close(thunder_core.vmap(fn, in_dims=in_dims)(*args), expected)
+
+
+def test_jvp_edge_cases_are_torch_funcs_or_refused():
+    x, t = torch.randn(4), torch.randn(4)
+    for fn, primal in (
+        (lambda a: a.view(torch.float16), x),  # bits reinterpreted: not linear
+        (lambda a: a**0, torch.zeros(4)),  # 1 everywhere, also at 0
+        (lambda a: torch.view_as_complex(a.reshape(2, 2)).abs(), x),  # complex: torch.func.jvp's formula
+    ):
+        torch.testing.assert_close(
+            thunder_core.jvp(fn, (primal,), (t,))[1], torch.func.jvp(fn, (primal,), (t,))[1], equal_nan=True
+        )
+
+    def through_a_view(a):
+        b = a * 1
+        b[0].mul_(2)  # writes through the view into b
+        return b
+
+    with pytest.raises(thunder_core.ThunderCoreError, match="in-place"):
+        thunder_core.jvp(through_a_view, (torch.randn(3, 2),), (torch.randn(3, 2),))
+
+
 def test_per_example_gradients_and_ensembles_through_functional_call():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))

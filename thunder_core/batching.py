@@ -37,6 +37,8 @@ def _vmapped_meta(name, fn, in_dims, randomness, args, kwargs):
     sizes = []
 
     def example(x, dim):
+        if isinstance(dim, dict):
+            return {key: example(value, dim[key]) for key, value in x.items()}
         if isinstance(dim, (tuple, list)):
             return type(x)(example(item, d) for item, d in zip(x, dim))
         if isinstance(x, TensorProxy) and dim is not None:
@@ -66,8 +68,8 @@ torch_func_vmap = Symbol(
 _ELEMENTWISE = frozenset(
     """add sub mul div true_divide neg exp exp2 log log2 log1p expm1 tanh sigmoid relu gelu silu sin cos
     sqrt rsqrt pow maximum minimum where abs square reciprocal clamp erf sign eq ne lt le gt ge
-    logical_not logical_and logical_or bitwise_and bitwise_or ones_like zeros_like full_like to float
-    half bfloat16 double type_as detach contiguous clone masked_fill aten.tanh_backward aten.sigmoid_backward
+    logical_not logical_and logical_or bitwise_and bitwise_or ones_like zeros_like full_like float
+    half bfloat16 double detach contiguous clone aten.tanh_backward aten.sigmoid_backward
     aten.threshold_backward aten.gelu_backward aten.silu_backward""".split()
 )
 _REDUCTIONS = frozenset(
@@ -154,7 +156,9 @@ class Batcher:
         if any(not isinstance(x, TensorProxy) and any(self.is_batched(y) for y in leaves(x)) for x in args):
             in_dims = tuple(tree_map(lambda y: 0 if self.is_batched(y) else None, x) for x in args)
         self.fallbacks.append(symbol.printed_name)
-        randomness = self.randomness if symbol.has_tag(RANDOM) else "error"
+        randomness = (
+            self.randomness
+        )  # torch.func.vmap's own flag: random draws inside any op (dropout in attention)
         return torch_func_vmap(symbol.printed_name, fn, in_dims, randomness, tuple(args), dict(kwargs))
 
     def per_example_rank(self, x) -> int:
@@ -199,6 +203,21 @@ def _elementwise(symbol, batcher, args, kwargs):
     return symbol(*args, **kwargs)
 
 
+def _shaped_like_first(symbol, batcher, args, kwargs):
+    """``to(other)``, ``type_as(other)``: the first argument's values and shape, so the output is
+    batched exactly when the first argument is."""
+    out = symbol(*args, **kwargs)
+    if not batcher.is_batched(args[0]) and isinstance(out, TensorProxy):
+        batcher.not_batched.add(id(out))
+    return out
+
+
+def _masked_fill(symbol, batcher, args, kwargs):
+    if kwargs or len(args) != 3 or batcher.is_batched(args[2]):  # a batched fill value: torch.func's
+        return None
+    return _elementwise(symbol, batcher, args, kwargs)
+
+
 def _only_first_batched(batcher, args, kwargs) -> bool:
     return batcher.is_batched(args[0]) and not any(batcher.is_batched(x) for x in leaves((args[1:], kwargs)))
 
@@ -216,13 +235,15 @@ def _with_dim(symbol, batcher, args, kwargs):
     x = args[0]
     if x.ndim == 1:  # one number per example: dims 0 and -1 both name it
         return None
+    if "axis" in kwargs:  # numpy's name for dim: left to torch.func
+        return None
     if len(args) > 1:
         dim, rest, keyword = args[1], args[2:], False
     else:
         dim, rest, keyword = kwargs.get("dim"), (), "dim" in kwargs
     if isinstance(dim, bool):  # var(x, True): ``unbiased``, not a dim
         return None
-    if dim is None or dim == ():
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
         if symbol.name not in _FULL_WHEN_NO_DIM:
             return None
         dim = tuple(range(1, x.ndim))
@@ -353,7 +374,12 @@ def _examples_merged_into_dim_0(symbol, batcher, args, kwargs):
     batched = [x for x in tensors if batcher.is_batched(x)]
     if any(not batcher.is_batched(x) and x.ndim > 2 for x in tensors):
         return None
-    if any(x.ndim < 3 for x in batched) or len({x.shape[1] for x in batched}) != 1:
+    # Examples of (N, heads, L, E): with (L, E) examples, dim 1 is L, which attention mixes.
+    if any(x.ndim < 4 for x in batched) or len({x.shape[1] for x in batched}) != 1:
+        return None
+    position, name = _DROPOUT[symbol.name]
+    dropout = args[position] if len(args) > position else kwargs.get(name, 0.0)
+    if dropout:  # random draws: torch.func.vmap, with the randomness asked for
         return None
     size, inner = batcher.size, batched[0].shape[1]
 
@@ -375,7 +401,13 @@ def _examples_merged_into_dim_0(symbol, batcher, args, kwargs):
 
 
 def _no_tensor_in(index) -> bool:
-    return not any(isinstance(x, torch.Tensor) for x in leaves(index))
+    """A basic index only: ints, slices, None and Ellipsis (a list or tensor index is advanced
+    indexing, whose dims move in front of a leading ``:`` when separated by a slice)."""
+    items = index if type(index) is tuple else (index,)
+    return all(
+        x is None or x is Ellipsis or isinstance(x, slice) or (isinstance(x, int) and not isinstance(x, bool))
+        for x in items
+    )
 
 
 def _past_batch(index) -> tuple:
@@ -431,20 +463,23 @@ def _cat(symbol, batcher, args, kwargs):
     return symbol(every, _shift(dim))
 
 
-_ATTENTION = (
-    "scaled_dot_product_attention",
-    "aten._scaled_dot_product_flash_attention_for_cpu",
-    "aten._scaled_dot_product_flash_attention_for_cpu_backward",
-    "aten._scaled_dot_product_efficient_attention",
-    "aten._scaled_dot_product_efficient_attention_backward",
-    "aten._scaled_dot_product_flash_attention",
-    "aten._scaled_dot_product_flash_attention_backward",
-)
+#: Where each attention op takes its dropout probability: (position, keyword).
+_DROPOUT = {
+    "scaled_dot_product_attention": (4, "dropout_p"),
+    "aten._scaled_dot_product_flash_attention_for_cpu": (3, "dropout_p"),
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward": (6, "dropout_p"),
+    "aten._scaled_dot_product_efficient_attention": (5, "dropout_p"),
+    "aten._scaled_dot_product_efficient_attention_backward": (9, "dropout_p"),
+    "aten._scaled_dot_product_flash_attention": (3, "dropout_p"),
+    "aten._scaled_dot_product_flash_attention_backward": (10, "dropout_p"),
+}
+_ATTENTION = tuple(_DROPOUT)
 _RULES = {name: _elementwise for name in _ELEMENTWISE}
 _RULES.update({name: _examples_merged_into_dim_0 for name in _ATTENTION})
 _RULES.update(
     {"getitem": _getitem, "basic_index_backward": _basic_index_backward, "split": _split, "cat": _cat}
 )
+_RULES.update({"to": _shaped_like_first, "type_as": _shaped_like_first, "masked_fill": _masked_fill})
 _RULES.update({"aten._log_softmax": _with_dim, "aten._softmax": _with_dim})
 _RULES.update(
     {name: _dim_of_aligned(2) for name in ("aten._log_softmax_backward_data", "aten._softmax_backward_data")}

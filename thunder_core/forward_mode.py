@@ -16,12 +16,13 @@ import torch
 
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, OPAQUE, Symbol, active_recorder
+from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, INPLACE, OPAQUE, Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
 
 
 class NotForwardDifferentiable(Exception):
-    """An operation forward mode cannot push a tangent through (an autograd-fallback backward)."""
+    """An operation forward mode cannot push a tangent through (an autograd-fallback backward, an
+    in-place update)."""
 
 
 def _jvp_impl(name, fn, args, kwargs, positions, tangents):
@@ -95,6 +96,10 @@ class Pushforward:
             if not any(self.tangent(x) is not None for x in leaves((args, kwargs))):
                 self._bind(bsym.output, bsym.symbol(*args, **kwargs), None)
                 continue
+            if bsym.symbol.has_tag(INPLACE):
+                # The base of a view it writes through would keep a stale tangent: the caller
+                # takes the transpose of the VJP, which refuses in-place updates with the reason.
+                raise NotForwardDifferentiable(bsym.symbol.printed_name)
             rule = _RULES.get(_key(bsym.symbol))
             if rule is not None:
                 found = rule(self, bsym.symbol, args, kwargs)
@@ -143,6 +148,8 @@ def _linear_in_first(push, symbol, args, kwargs):
     tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
     if len(tensors) != 1 or not isinstance(args[0], TensorProxy):
         return None
+    if not symbol.is_prim and any(isinstance(x, torch.dtype) for x in leaves((args, kwargs))):
+        return None  # view(dtype) reinterprets bits: not linear
     out = symbol(*args, **kwargs)
     return out, symbol(push.tangent(args[0]), *args[1:], **kwargs)
 
@@ -213,8 +220,8 @@ def _unary(derivative):
     """Elementwise ``f(x)``: the tangent is ``f'(x) * t``, with ``derivative(x, out)`` giving ``f'``."""
 
     def rule(push, symbol, args, kwargs):
-        if len(args) != 1 or kwargs or not isinstance(args[0], TensorProxy):
-            return None
+        if len(args) != 1 or kwargs or not isinstance(args[0], TensorProxy) or args[0].dtype.is_complex:
+            return None  # the formulas are for real numbers; complex inputs take torch.func.jvp
         x = args[0]
         out = symbol(x)
         return out, _call("mul", push.tangent(x), derivative(x, out))
@@ -309,6 +316,8 @@ def _pow(push, symbol, args, kwargs):
         return None
     x, exponent = args
     out = symbol(x, exponent)
+    if exponent == 0:  # x ** 0 is 1 everywhere, also at 0 (where 0 * x ** -1 would be nan)
+        return out, _call("zeros_like", out)
     derivative = _call("mul", _call("pow", x, exponent - 1), exponent) if exponent != 1 else 1.0
     return out, _call("mul", push.tangent(x), derivative)
 

@@ -119,7 +119,12 @@ class _Replay:
                 self.recorder.bound_symbols[i] = recorded.replace(source=source)
         for old, new in zip(leaves(bsym.output), leaves(out)):
             if isinstance(old, PROXY_TYPES) and old is not new:
-                if isinstance(old, TensorProxy) and isinstance(new, TensorProxy) and old.requires_grad:
+                if (
+                    isinstance(old, TensorProxy)
+                    and isinstance(new, TensorProxy)
+                    and old.requires_grad
+                    and not any(new is arg for arg in bsym.flat_args())  # never a shared input
+                ):
                     # The rule's value stands for the op's output, which capture found differentiable:
                     # so is the value (an executor's rule may make it with a symbol of its own
                     # whose meta leaves requires_grad False, which would cut the gradient path).
