@@ -215,6 +215,7 @@ KNOWN_JVP_FAILURES = {
     "masked_select": "the output's shape depends on tensor data",
     "nn.functional.gaussian_nll_loss": "reads tensor data (a value check)",
     "nn.functional.rrelu": "random: another draw than torch.func's",
+    "zero_": "in-place on a primal: refused with the reason, as by vjp",
 }
 
 
