@@ -137,15 +137,20 @@ def test_grad_inside_a_jitted_function_and_with_keyword_arguments():
     torch.testing.assert_close(jitted(x), torch.func.grad(scaled)(x, scale=3.0) + 1)
 
 
-def test_grad_of_a_litgpt_block_through_functional_call():
-    """Stateless training of a real transformer block: gradients of its parameters, given as a
-    dict through torch.func.functional_call, equal torch.func's."""
+def _litgpt_block():
+    """A litgpt transformer block (width 64), its parameters as a dict and rotary tables for 16 tokens."""
     torch.manual_seed(0)
     model = small_litgpt(n_layer=1, n_embd=64, vocab=96, block_size=32)
     block = model.transformer.h[0]
     params = {name: p.detach() for name, p in block.named_parameters()}
+    return block, params, model.cos[:16].unsqueeze(0), model.sin[:16].unsqueeze(0)
+
+
+def test_grad_of_a_litgpt_block_through_functional_call():
+    """Stateless training of a real transformer block: gradients of its parameters, given as a
+    dict through torch.func.functional_call, equal torch.func's."""
+    block, params, cos, sin = _litgpt_block()
     x = torch.randn(2, 16, 64)
-    cos, sin = model.cos[:16].unsqueeze(0), model.sin[:16].unsqueeze(0)
 
     def loss(params, x):
         return torch.func.functional_call(block, params, (x, cos, sin)).pow(2).mean()
@@ -497,12 +502,8 @@ def test_vmap_nests_with_itself_and_under_grad():
 
 
 def test_per_example_gradients_of_a_litgpt_block():
-    torch.manual_seed(0)
-    model = small_litgpt(n_layer=1, n_embd=64, vocab=96, block_size=32)
-    block = model.transformer.h[0]
-    params = {name: p.detach() for name, p in block.named_parameters()}
+    block, params, cos, sin = _litgpt_block()
     x = torch.randn(4, 16, 64)
-    cos, sin = model.cos[:16].unsqueeze(0), model.sin[:16].unsqueeze(0)
 
     def loss(params, example):
         return torch.func.functional_call(block, params, (example.unsqueeze(0), cos, sin)).pow(2).mean()

@@ -166,8 +166,7 @@ def _sum_of(push, symbol, args, kwargs, sign: float = 1.0):
         terms.append(ta)
     if tb is not None:
         terms.append(_call("mul", tb, sign * alpha) if (sign * alpha) != 1 else tb)
-    tangent = terms[0] if len(terms) == 1 else _call("add", terms[0], terms[1])
-    return out, _broadcast_to(tangent, out)
+    return out, _broadcast_to(_total(terms), out)
 
 
 def _broadcast_to(tangent, out):
@@ -186,34 +185,35 @@ def _sub(push, symbol, args, kwargs):
     return _sum_of(push, symbol, args, kwargs, sign=-1.0) if len(args) == 2 else None
 
 
-def _mul(push, symbol, args, kwargs):
-    if len(args) != 2 or kwargs:
-        return None
-    a, b = args
-    out = symbol(a, b)
-    ta, tb = push.tangent(a), push.tangent(b)
-    terms = []
-    if ta is not None:
-        terms.append(_call("mul", ta, b))
-    if tb is not None:
-        terms.append(_call("mul", a, tb))
-    tangent = terms[0] if len(terms) == 1 else _call("add", terms[0], terms[1])
-    return out, _broadcast_to(tangent, out)
+def _total(terms: list):
+    """The sum of the tangent contributions (at least one)."""
+    tangent = terms[0]
+    for term in terms[1:]:
+        tangent = _call("add", tangent, term)
+    return tangent
 
 
-def _div(push, symbol, args, kwargs):
-    if len(args) != 2 or kwargs:
-        return None
-    a, b = args
-    out = symbol(a, b)
-    ta, tb = push.tangent(a), push.tangent(b)
-    terms = []
-    if ta is not None:
-        terms.append(_call("div", ta, b))
-    if tb is not None:
-        terms.append(_call("neg", _call("div", _call("mul", out, tb), b)))
-    tangent = terms[0] if len(terms) == 1 else _call("add", terms[0], terms[1])
-    return out, _broadcast_to(tangent, out)
+def _binary(of_first, of_second):
+    """``f(a, b)``: the tangent is ``of_first(t_a, a, b, out) + of_second(t_b, a, b, out)``, each
+    term present where its argument carries a tangent."""
+
+    def rule(push, symbol, args, kwargs):
+        if len(args) != 2 or kwargs:
+            return None
+        a, b = args
+        out = symbol(a, b)
+        pairs = ((of_first, push.tangent(a)), (of_second, push.tangent(b)))
+        return out, _broadcast_to(_total([of(t, a, b, out) for of, t in pairs if t is not None]), out)
+
+    return rule
+
+
+_mul = _binary(lambda t, a, b, out: _call("mul", t, b), lambda t, a, b, out: _call("mul", a, t))
+_div = _binary(
+    lambda t, a, b, out: _call("div", t, b),
+    lambda t, a, b, out: _call("neg", _call("div", _call("mul", out, t), b)),
+)
+_matmul = _binary(lambda t, a, b, out: _call("matmul", t, b), lambda t, a, b, out: _call("matmul", a, t))
 
 
 def _unary(derivative):
@@ -246,20 +246,6 @@ _UNARY = {
 }
 
 
-def _matmul(push, symbol, args, kwargs):
-    if len(args) != 2 or kwargs:
-        return None
-    a, b = args
-    out = symbol(a, b)
-    ta, tb = push.tangent(a), push.tangent(b)
-    terms = []
-    if ta is not None:
-        terms.append(symbol(ta, b))
-    if tb is not None:
-        terms.append(symbol(a, tb))
-    return out, terms[0] if len(terms) == 1 else _call("add", terms[0], terms[1])
-
-
 def _linear(push, symbol, args, kwargs):
     x = args[0]
     weight = args[1] if len(args) > 1 else kwargs.get("weight")
@@ -273,10 +259,7 @@ def _linear(push, symbol, args, kwargs):
         terms.append(_call("linear", x, tw))
     if tb is not None:
         terms.append(_broadcast_to(tb, out))
-    tangent = terms[0]
-    for term in terms[1:]:
-        tangent = _call("add", tangent, term)
-    return out, tangent
+    return out, _total(terms)
 
 
 def _softmax(push, symbol, args, kwargs):
