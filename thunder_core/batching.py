@@ -92,7 +92,6 @@ class Batcher:
         self.randomness = randomness
         self.values: dict[int, object] = {}  # id of a recorded value -> its replayed value
         self.batched: set[int] = set()  # ids of replayed values that carry the batch
-        self.fallbacks: list[str] = []  # operations mapped by torch.func.vmap, for explain
         self.not_batched: set[int] = set()  # outputs a rule made the same for every example
 
     def bind(self, recorded, value, batched: bool) -> None:
@@ -155,7 +154,6 @@ class Batcher:
         in_dims = tuple(0 if self.is_batched(x) else None for x in args)
         if any(not isinstance(x, TensorProxy) and any(self.is_batched(y) for y in leaves(x)) for x in args):
             in_dims = tuple(tree_map(lambda y: 0 if self.is_batched(y) else None, x) for x in args)
-        self.fallbacks.append(symbol.printed_name)
         randomness = (
             self.randomness
         )  # torch.func.vmap's own flag: random draws inside any op (dropout in attention)

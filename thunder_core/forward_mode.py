@@ -77,7 +77,6 @@ class Pushforward:
     def __init__(self):
         self.values: dict[int, object] = {}  # id of a recorded value -> its replayed value
         self.tangents: dict[int, object] = {}  # id of a replayed value -> its tangent proxy
-        self.fallbacks: list[str] = []
 
     def bind(self, recorded, value, tangent=None) -> None:
         self.values[id(recorded)] = value
@@ -125,7 +124,6 @@ class Pushforward:
         flat = list(leaves((args, kwargs)))
         positions = tuple(i for i, x in enumerate(flat) if self.tangent(x) is not None)
         tangents = tuple(self.tangent(flat[i]) for i in positions)
-        self.fallbacks.append(bsym.symbol.printed_name)
         out, out_tangents = torch_func_jvp(
             bsym.symbol.printed_name, bsym.symbol.impl, args, kwargs, positions, tangents
         )
