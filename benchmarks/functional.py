@@ -1,7 +1,7 @@
 """Functional transforms: torch.func eagerly, torch.compile of the same torch.func program, and
 thunder_core's transforms compiled by ``thunder_core.jit`` (one trace each), on the CPU.
 
-    python benchmarks/functional.py [--rounds 3] [--cases mlp-grad hvp block-grad mlp-per-sample block-per-sample ensemble]
+    python benchmarks/functional.py [--rounds 3] [--cases mlp-grad hvp block-grad mlp-per-sample wide-mlp-per-sample block-per-sample ensemble]
 
 Cases:
 
@@ -12,8 +12,10 @@ Cases:
   matrix, forward-over-reverse (``jvp(grad(f), (w,), (v,))``);
 - ``block-grad``: the gradient of a litgpt transformer block (width 256, 4 heads, batch 8 x 128
   tokens) with respect to its parameters through ``torch.func.functional_call``;
-- ``mlp-per-sample``: per-sample gradients of the MLP's loss, 64 examples
-  (``vmap(grad(loss), in_dims=(None, 0, 0))``);
+- ``mlp-per-sample``: per-sample gradients of a small MLP's loss (784 -> 128 -> 10, MNIST-sized),
+  64 examples (``vmap(grad(loss), in_dims=(None, 0, 0))``);
+- ``wide-mlp-per-sample``: the same for the 512 -> 1024 -> 512 MLP (64 copies of its 1M
+  parameters, 256 MB written per step);
 - ``block-per-sample``: per-sample gradients of the litgpt block's parameters, 64 examples of 32
   tokens;
 - ``ensemble``: 8 MLPs with their parameters stacked (``torch.func.stack_module_state``), each run
@@ -36,11 +38,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from measure import interleaved, median_seconds, round_ratios, run_isolated, spread  # noqa: E402
 
-CASES = ["mlp-grad", "hvp", "block-grad", "mlp-per-sample", "block-per-sample", "ensemble"]
+CASES = [
+    "mlp-grad",
+    "hvp",
+    "block-grad",
+    "mlp-per-sample",
+    "wide-mlp-per-sample",
+    "block-per-sample",
+    "ensemble",
+]
 BACKENDS = ["torch.func", "torch.compile", "thunder_core"]
 
 
-def _mlp():
+def _mlp(widths=(512, 1024, 512)):
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -48,8 +58,9 @@ def _mlp():
     def randn(*shape):
         return torch.randn(*shape, generator=generator) / shape[0] ** 0.5
 
-    params = {"w1": randn(512, 1024), "b1": randn(1024), "w2": randn(1024, 512)}
-    x, y = torch.randn(64, 512, generator=generator), torch.randn(64, 512, generator=generator)
+    inputs, hidden, outputs = widths
+    params = {"w1": randn(inputs, hidden), "b1": randn(hidden), "w2": randn(hidden, outputs)}
+    x, y = torch.randn(64, inputs, generator=generator), torch.randn(64, outputs, generator=generator)
 
     def loss(params, x, y):
         hidden = torch.nn.functional.gelu(x @ params["w1"] + params["b1"])
@@ -77,8 +88,8 @@ def _program(case: str, transforms):
 
         v = torch.randn_like(params["w1"])
         return (lambda w, v: transforms.jvp(transforms.grad(f), (w,), (v,))[1]), (params["w1"], v)
-    if case == "mlp-per-sample":
-        params, x, y, loss, _ = _mlp()
+    if case in ("mlp-per-sample", "wide-mlp-per-sample"):
+        params, x, y, loss, _ = _mlp((784, 128, 10) if case == "mlp-per-sample" else (512, 1024, 512))
         per_sample = transforms.vmap(transforms.grad(loss), in_dims=(None, 0, 0))
         return (lambda params, x, y: per_sample(params, x, y)), (params, x, y)
     if case == "ensemble":
@@ -158,7 +169,7 @@ def main() -> None:
         f"functional transforms, CPU, {os.cpu_count()} cores; {args.rounds} rounds, each backend in a fresh process"
     )
     print(
-        f"{'case':16s} {'backend':14s} {'ms, median (spread)':>24s} {'vs torch.func':>14s} {'vs compile':>11s}"
+        f"{'case':20s} {'backend':14s} {'ms, median (spread)':>24s} {'vs torch.func':>14s} {'vs compile':>11s}"
     )
     for case in args.cases:
         runs = interleaved(
@@ -169,7 +180,7 @@ def main() -> None:
         for backend in BACKENDS:
             ok = [r for r in runs[backend] if "step_s" in r]
             if not ok:
-                print(f"{case:16s} {backend:14s}  failed: {runs[backend][0].get('error')}")
+                print(f"{case:20s} {backend:14s}  failed: {runs[backend][0].get('error')}")
                 continue
             eager = statistics.median(
                 round_ratios(runs["torch.func"], runs[backend], "step_s") or [float("nan")]
@@ -178,7 +189,7 @@ def main() -> None:
                 round_ratios(runs["torch.compile"], runs[backend], "step_s") or [float("nan")]
             )
             times = spread([r["step_s"] for r in ok], 1e3)
-            print(f"{case:16s} {backend:14s} {times:>24s} {eager:13.2f}x {compiled:10.2f}x", flush=True)
+            print(f"{case:20s} {backend:14s} {times:>24s} {eager:13.2f}x {compiled:10.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -44,5 +44,18 @@ def like(g, x):
     return g
 
 
+def product(p, q):
+    """``p @ q``; when the contracted dimension has size 1 (an outer product, as in the gradient of
+    a weight from one example) the broadcast multiply ``p * q``: the same values, and an
+    elementwise op that fusion executors fuse instead of a matrix multiply with K = 1."""
+    if p.ndim >= 2 and q.ndim >= 2 and _is_one(p.shape[-1]) and _is_one(q.shape[-2]):
+        return ops.mul(p, q)
+    return ops.matmul(p, q)
+
+
+def _is_one(size) -> bool:
+    return isinstance(size, int) and size == 1
+
+
 def zeros_for(x):
     return ops.zeros_like(x)

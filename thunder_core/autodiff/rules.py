@@ -13,7 +13,7 @@ import math
 import torch
 
 from thunder_core.autodiff import kernels as K
-from thunder_core.autodiff.helpers import is_tensor, like, ops, sum_to, zeros_for
+from thunder_core.autodiff.helpers import is_tensor, like, ops, product, sum_to, zeros_for
 from thunder_core.autodiff.registry import NoRule, register_vjp
 from thunder_core.ops._helpers import canonical_dim, canonical_dims
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
@@ -521,8 +521,8 @@ def _matmul_grads(g, a, b):
     b2 = ops.unsqueeze(b, -1) if b.ndim == 1 else b
     batch = tuple(torch.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
     g2 = ops.reshape(g, (*batch, a2.shape[-2], b2.shape[-1])) if (a.ndim == 1 or b.ndim == 1) else g
-    ga = ops.matmul(g2, ops.transpose(b2, -2, -1))
-    gb = ops.matmul(ops.transpose(a2, -2, -1), g2)
+    ga = product(g2, ops.transpose(b2, -2, -1))
+    gb = product(ops.transpose(a2, -2, -1), g2)
     ga = sum_to(ga, tuple(a2.shape))
     gb = sum_to(gb, tuple(b2.shape))
     return [(a, like(ops.reshape(ga, tuple(a.shape)), a)), (b, like(ops.reshape(gb, tuple(b.shape)), b))]
@@ -537,7 +537,7 @@ def _(out, g, x, weight, bias=None):
     pairs = [(x, ops.matmul(g, weight))]
     g2 = ops.reshape(g, (-1, g.shape[-1]))
     x2 = ops.reshape(x, (-1, x.shape[-1]))
-    pairs.append((weight, ops.matmul(ops.t(g2), x2)))
+    pairs.append((weight, product(ops.t(g2), x2)))
     if bias is not None:
         pairs.append((bias, ops.sum(g2, 0)))
     return pairs
