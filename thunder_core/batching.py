@@ -12,12 +12,15 @@ others): correct for every torch operation, without fusion across it.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from thunder_core.batching_prims import PRIM_RULES
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbols import INPLACE, RANDOM, Symbol, active_recorder
+from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM, Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
 
 RANDOMNESS = ("error", "different", "same")
@@ -127,8 +130,11 @@ class Batcher:
                     f"thunder_core.vmap: {bsym.symbol.printed_name} updates a tensor in place where a mapped "
                     "value is involved, which vmap does not support yet; use the out-of-place operation"
                 )
-            rule = None if bsym.symbol.has_tag(RANDOM) else _RULES.get(_key(bsym.symbol))
+            rule = None if bsym.symbol.has_tag(RANDOM) else _rule(bsym.symbol)
             out = rule(bsym.symbol, self, args, kwargs) if rule is not None else None
+            if out is None and _replayable_decomposition(bsym):
+                self.replay(bsym.subsymbols)  # binds the outputs: the decomposition's last values
+                continue
             if out is None:
                 out = self._fallback(bsym.symbol, args, kwargs)
             self._bind_outputs(bsym.output, out, batched=True)
@@ -175,6 +181,38 @@ class _KeywordCall:
 
     def __repr__(self) -> str:
         return f"keywords({getattr(self.impl, '__name__', self.impl)}, {self.names})"
+
+
+def _rule(symbol: Symbol):
+    rule = _RULES.get(_key(symbol))
+    if rule is None and not symbol.is_prim and _pointwise(symbol.name):
+        return _elementwise
+    return rule
+
+
+@functools.cache
+def _pointwise(name: str) -> bool:
+    """A torch-level op that PyTorch tags pointwise (elementwise with broadcasting, no random
+    draws) in ATen under the same name (``nn.functional.elu`` -> ``aten.elu``)."""
+    try:
+        packet = getattr(torch.ops.aten, name.rsplit(".", 1)[-1])
+        overloads = packet.overloads()
+        op = getattr(packet, "default" if "default" in overloads else overloads[0])
+    except Exception:  # noqa: BLE001 - no ATen op of that name
+        return False
+    return torch.Tag.pointwise in op.tags and torch.Tag.nondeterministic_seeded not in op.tags
+
+
+def _replayable_decomposition(bsym) -> bool:
+    """An operation whose recorded decomposition can be batched instead: one that draws no random
+    numbers anywhere inside (torch.func.vmap applies the randomness asked for to the whole op)."""
+    if not bsym.subsymbols or bsym.symbol.has_tag(OPAQUE):
+        return False
+
+    def draws(bsyms) -> bool:
+        return any(b.symbol.has_tag(RANDOM) or draws(b.subsymbols) for b in bsyms)
+
+    return not draws(bsym.subsymbols)
 
 
 def _key(symbol: Symbol) -> str:
@@ -472,7 +510,8 @@ _DROPOUT = {
     "aten._scaled_dot_product_flash_attention_backward": (10, "dropout_p"),
 }
 _ATTENTION = tuple(_DROPOUT)
-_RULES = {name: _elementwise for name in _ELEMENTWISE}
+_RULES = dict(PRIM_RULES)
+_RULES.update({name: _elementwise for name in _ELEMENTWISE})
 _RULES.update({name: _examples_merged_into_dim_0 for name in _ATTENTION})
 _RULES.update(
     {"getitem": _getitem, "basic_index_backward": _basic_index_backward, "split": _split, "cat": _cat}
@@ -491,7 +530,6 @@ _RULES.update(
         "transpose": _transpose,
         "swapaxes": _transpose,
         "permute": _permute,
-        "prims.permute": _permute,
         "t": _t,
         "expand": _expand,
         "linear": _linear,
