@@ -197,13 +197,20 @@ def test_jvp_is_torch_funcs_also_of_a_gradient():
     # An operation without a VJP rule (its gradient is PyTorch autograd's, at run time): its
     # jvp is torch.func's; a Hessian-vector product through it is refused with the reason, never
     # silently wrong (forward mode cannot push a tangent through autograd's saved graph).
-    g = lambda y: torch.acos(y * 0.5).sum()  # noqa: E731
+    g = lambda y: torch.special.erfcx(y * 0.5).sum()  # noqa: E731
     u, t = torch.rand(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
     torch.testing.assert_close(
         thunder_core.jvp(g, (u,), (t,))[1], torch.func.jvp(g, (u,), (t,))[1], **TOLERANCE
     )
     with pytest.raises(thunder_core.ThunderCoreError, match="differentiated twice"):
         thunder_core.jit(lambda u, t: thunder_core.jvp(thunder_core.grad(g), (u,), (t,))[1])(u, t)
+    # acos: a prim with a VJP rule, so its Hessian-vector product is thunder_core's own
+    h = lambda y: torch.acos(y * 0.5).sum()  # noqa: E731
+    torch.testing.assert_close(
+        thunder_core.jit(lambda u, t: thunder_core.jvp(thunder_core.grad(h), (u,), (t,))[1])(u, t),
+        torch.func.jvp(torch.func.grad(h), (u,), (t,))[1],
+        **TOLERANCE,
+    )
 
 
 # --- torch.func on the OpInfo samples ------------------------------------------------------------

@@ -95,6 +95,10 @@ class Pushforward:
             if not any(self.tangent(x) is not None for x in leaves((args, kwargs))):
                 self._bind(bsym.output, bsym.symbol(*args, **kwargs), None)
                 continue
+            if not any(_differentiable(y) for y in leaves(bsym.output)):
+                # comparisons, integer results: no tangent flows through them
+                self._bind(bsym.output, bsym.symbol(*args, **kwargs), None)
+                continue
             if bsym.symbol.has_tag(INPLACE):
                 # The base of a view it writes through would keep a stale tangent: the caller
                 # takes the transpose of the VJP, which refuses in-place updates with the reason.
@@ -146,7 +150,7 @@ def _linear_in_first(push, symbol, args, kwargs):
     tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
     if len(tensors) != 1 or not isinstance(args[0], TensorProxy):
         return None
-    if not symbol.is_prim and any(isinstance(x, torch.dtype) for x in leaves((args, kwargs))):
+    if symbol.name == "view" and any(isinstance(x, torch.dtype) for x in leaves((args, kwargs))):
         return None  # view(dtype) reinterprets bits: not linear
     out = symbol(*args, **kwargs)
     return out, symbol(push.tangent(args[0]), *args[1:], **kwargs)
@@ -303,6 +307,86 @@ def _pow(push, symbol, args, kwargs):
     return out, _call("mul", push.tangent(x), derivative)
 
 
+def _linear_in_first_of_indices(push, symbol, args, kwargs):
+    """``gather(a, dim, index)``, ``take(a, index, dim)``: linear in ``a``, given integer indices."""
+    if kwargs or any(push.tangent(x) is not None for x in args[1:]):
+        return None
+    return symbol(*args), symbol(push.tangent(args[0]), *args[1:])
+
+
+def _scatter(push, symbol, args, kwargs):
+    """``scatter(a, dim, index, src)`` (and ``scatter_add``): linear in ``a`` and ``src`` together."""
+    if kwargs or len(args) != 4 or not isinstance(args[3], TensorProxy):
+        return None
+    a, dim, index, src = args
+    out = symbol(a, dim, index, src)
+    return out, symbol(_zero_if_none(push.tangent(a), a), dim, index, _zero_if_none(push.tangent(src), src))
+
+
+def _constant(push, symbol, args, kwargs):
+    """Piecewise-constant ops (floor, round, sign, ...): a zero tangent."""
+    out = symbol(*args, **kwargs)
+    return out, _call("zeros_like", out)
+
+
+def _through_the_vjp(push, symbol, args, kwargs):
+    """Elementwise prims (of real tensors of one shape): each input's Jacobian is diagonal, so its
+    tangent contribution is the VJP rule's gradient for that input with the tangent as the
+    cotangent. The sum over the inputs that carry a tangent."""
+    from thunder_core.autodiff import prim_rules  # noqa: F401  (registers the prims' VJP rules)
+    from thunder_core.autodiff.registry import vjp_rule
+
+    rule = vjp_rule(symbol)
+    tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
+    if (
+        rule is None
+        or any(x.dtype.is_complex for x in tensors)
+        or len({tuple(x.shape) for x in tensors}) != 1
+        or len({id(x) for x in tensors}) != len(tensors)  # one tensor twice: its gradients would add up
+    ):
+        return None
+    out, backward = rule(*args, **kwargs)
+    terms = []
+    for x in args:
+        tangent = push.tangent(x)
+        if tangent is None:
+            continue
+        grads = [g for inp, g in backward(tangent) if inp is x]
+        if len(grads) != 1 or grads[0] is None:
+            return None  # the call is recorded but unused: dead code, removed with the rest
+        terms.append(grads[0])
+    return out, _broadcast_to(_total(terms), out)
+
+
+def _extremum(push, symbol, args, kwargs):
+    """``amax(a, dims)`` / ``amin``: the tangent at the extreme values, shared equally among ties
+    (as the VJP shares the gradient)."""
+    if kwargs or len(args) != 2:
+        return None
+    a, dims = args
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    if not dims or a.dtype.is_complex:
+        return None
+    out = symbol(a, dims)
+    kept = tuple(1 if d in dims else size for d, size in enumerate(a.shape))
+    hits = _call("to", _call("eq", a, _call("reshape", out, kept)), a.dtype)
+    total = _call("sum", _call("mul", push.tangent(a), hits), dims)
+    return out, _call("div", total, _call("sum", hits, dims))
+
+
+def _var(push, symbol, args, kwargs):
+    if kwargs or len(args) != 3:
+        return None
+    a, dims, correction = args
+    count = math.prod(a.shape[d] for d in dims)
+    if not dims or count <= correction or a.dtype.is_complex:
+        return None
+    out = symbol(a, dims, correction)
+    centered = _call("sub", a, _call("mean", a, list(dims), True))
+    total = _call("sum", _call("mul", centered, push.tangent(a)), list(dims))
+    return out, _call("mul", total, 2 / (count - correction))
+
+
 _LINEAR = (
     "reshape view permute transpose t unsqueeze squeeze expand flatten contiguous clone sum mean "
     "getitem movedim"
@@ -339,6 +423,22 @@ _RULES.update(
         "prims.pow": _pow,
         "cat": _cat,
         "pow": _pow,
+    }
+)
+_THROUGH_THE_VJP = (
+    "asin acos asinh acosh atanh erfc erfinv lgamma digamma maximum minimum atan2 copysign fmod remainder"
+).split()
+_RULES.update({f"prims.{name}": _through_the_vjp for name in _THROUGH_THE_VJP})
+_RULES.update({f"prims.{name}": _constant for name in "floor ceil round trunc sign".split()})
+_RULES.update(
+    {
+        "prims.amax": _extremum,
+        "prims.amin": _extremum,
+        "prims.var": _var,
+        "prims.gather": _linear_in_first_of_indices,
+        "prims.take": _linear_in_first_of_indices,
+        "prims.scatter": _scatter,
+        "prims.scatter_add": _scatter,
     }
 )
 _RULES.update(

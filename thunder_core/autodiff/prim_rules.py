@@ -47,6 +47,19 @@ _UNARY = {
     P.round: lambda out, g, a: ops.mul(g, 0),
     P.trunc: lambda out, g, a: ops.mul(g, 0),
     P.sign: lambda out, g, a: ops.mul(g, 0),
+    P.tan: lambda out, g, a: ops.mul(g, ops.add(ops.mul(out, out), 1)),
+    P.sinh: lambda out, g, a: ops.mul(g, ops.cosh(a)),
+    P.cosh: lambda out, g, a: ops.mul(g, ops.sinh(a)),
+    P.asin: lambda out, g, a: ops.mul(g, ops.rsqrt(ops.rsub(ops.mul(a, a), 1))),
+    P.acos: lambda out, g, a: ops.neg(ops.mul(g, ops.rsqrt(ops.rsub(ops.mul(a, a), 1)))),
+    P.atan: lambda out, g, a: ops.div(g, ops.add(ops.mul(a, a), 1)),
+    P.asinh: lambda out, g, a: ops.mul(g, ops.rsqrt(ops.add(ops.mul(a, a), 1))),
+    P.acosh: lambda out, g, a: ops.mul(g, ops.rsqrt(ops.sub(ops.mul(a, a), 1))),
+    P.atanh: lambda out, g, a: ops.div(g, ops.rsub(ops.mul(a, a), 1)),
+    P.erfc: lambda out, g, a: ops.mul(g, ops.mul(ops.exp(ops.neg(ops.mul(a, a))), -2 / math.sqrt(math.pi))),
+    P.erfinv: lambda out, g, a: ops.mul(g, ops.mul(ops.exp(ops.mul(out, out)), math.sqrt(math.pi) / 2)),
+    P.lgamma: lambda out, g, a: ops.mul(g, ops.digamma(a)),
+    P.digamma: lambda out, g, a: ops.mul(g, ops.polygamma(1, a)),
 }
 for _symbol, _grad in _UNARY.items():
     _prim(_symbol)(lambda out, g, a, _grad=_grad: [(a, like(_grad(out, g, a), a))])
@@ -95,6 +108,34 @@ def _(out, g, a, b):
     from thunder_core.autodiff.rules import _extremum_grads
 
     return _extremum_grads(out, g, a, b, ops.lt)
+
+
+@_prim(P.atan2)
+def _(out, g, a, b):
+    scale = ops.div(g, ops.add(ops.mul(a, a), ops.mul(b, b)))
+    return [(a, like(ops.mul(scale, b), a)), (b, like(ops.neg(ops.mul(scale, a)), b))]
+
+
+@_prim(P.copysign)
+def _(out, g, a, b):
+    # |a| with b's sign: the derivative in a is out / a (0 at a == 0, as PyTorch's); none in b
+    return [(a, like(ops.where(ops.eq(a, 0), 0.0, ops.mul(g, ops.div(out, a))), a))]
+
+
+@_prim(P.fmod)
+def _(out, g, a, b):
+    pairs = [(a, like(g, a))]
+    if is_tensor(b):
+        pairs.append((b, like(ops.neg(ops.mul(g, ops.trunc(ops.div(a, b)))), b)))
+    return pairs
+
+
+@_prim(P.remainder)
+def _(out, g, a, b):
+    pairs = [(a, like(g, a))]
+    if is_tensor(b):
+        pairs.append((b, like(ops.neg(ops.mul(g, ops.floor(ops.div(a, b)))), b)))
+    return pairs
 
 
 @_prim(P.where)
