@@ -187,6 +187,8 @@ def _rule(symbol: Symbol):
     rule = _RULES.get(_key(symbol))
     if rule is None and not symbol.is_prim and _pointwise(symbol.name):
         return _elementwise
+    if rule is None and symbol.name in _MATRIX_OPS:
+        return _matrices_with_leading_batch
     return rule
 
 
@@ -194,8 +196,9 @@ def _rule(symbol: Symbol):
 def _pointwise(name: str) -> bool:
     """A torch-level op that PyTorch tags pointwise (elementwise with broadcasting, no random
     draws) in ATen under the same name (``nn.functional.elu`` -> ``aten.elu``)."""
+    short = name.rsplit(".", 1)[-1]
     try:
-        packet = getattr(torch.ops.aten, name.rsplit(".", 1)[-1])
+        packet = getattr(torch.ops.aten, f"special_{short}" if name.startswith("special.") else short)
         overloads = packet.overloads()
         op = getattr(packet, "default" if "default" in overloads else overloads[0])
     except Exception:  # noqa: BLE001 - no ATen op of that name
@@ -497,6 +500,24 @@ def _cat(symbol, batcher, args, kwargs):
             x = _call("expand", _call("unsqueeze", x, 0), (batcher.size, *x.shape))
         every.append(x)
     return symbol(every, _shift(dim))
+
+
+#: Ops of one (square or not) matrix that take any leading batch dimensions and no dims.
+_MATRIX_OPS = frozenset(
+    """linalg.inv linalg.inv_ex linalg.det linalg.slogdet linalg.cholesky linalg.cholesky_ex linalg.eig
+    linalg.eigvals linalg.eigh linalg.eigvalsh linalg.qr linalg.svd linalg.svdvals linalg.lu linalg.lu_factor
+    linalg.lu_factor_ex linalg.matrix_exp linalg.pinv linalg.matrix_power linalg.matrix_rank det logdet slogdet
+    inverse pinverse matrix_exp cholesky qr svd""".split()
+)
+
+
+def _matrices_with_leading_batch(symbol, batcher, args, kwargs):
+    """Matrix ops (inverse, decompositions, determinants) over (..., m, n): the batch is one more
+    leading dimension, given one batched matrix and no other tensor."""
+    tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
+    if len(tensors) != 1 or not batcher.is_batched(args[0]) or args[0].ndim < 3:
+        return None
+    return symbol(*args, **kwargs)
 
 
 #: Where each attention op takes its dropout probability: (position, keyword).
