@@ -365,6 +365,13 @@ VMAP_CASES = {
         lambda x, w, b, v: torch.nn.functional.linear(x, w, b).sum(-1) + torch.nn.functional.linear(v, w).sum(),
         (None, 0, 0, 0), 0, [(3, 5, 8), (4, 6, 8), (4, 6), (4, 8)],
     ),
+    "decompositions into prims, ops PyTorch tags pointwise, matrix ops": (
+        lambda x, w, m: (
+            torch.nn.functional.layer_norm(x, (4,), w).flip(0) * torch.special.erfcx(x)
+            + torch.linalg.inv(m).sum()
+        ),
+        (0, None, 0), 0, [(5, 3, 4), (4,), (5, 3, 3)],
+    ),
     "ops without a rule go through torch.func": (
         lambda x, y: torch.cumprod(torch.cat([x, y]), 0) + torch.flip(x, (0,)).sum(),
         (0, 0), 0, [(5, 3), (5, 3)],
@@ -414,6 +421,27 @@ def test_vmap_edge_cases_are_torch_funcs(case):
     args = [torch.randn(shape) for shape in shapes]
     expected = torch.func.vmap(fn, in_dims=in_dims)(*args)
     torch.testing.assert_close(thunder_core.vmap(fn, in_dims=in_dims)(*args), expected)
+
+
+def test_jvp_of_prims_uses_thunder_cores_own_rules():
+    """Decompositions into prims carry tangents by rules of thunder_core's, ties included
+    (maximum of equal values, a maximum reached twice share the tangent as PyTorch's do)."""
+
+    def f(a, b, i):
+        tied = torch.maximum(a, a.flip(0)) + torch.cat([a, a]).amax(0) + torch.amin(b, 1).sum()
+        picked = torch.gather(b, 1, i).sum() + torch.zeros(3, 4, dtype=b.dtype).scatter(1, i, b[:, :2]).sum()
+        others = torch.asin(a.tanh() * 0.5) + torch.atan2(a, a.exp()) + torch.floor(a) + (a > 0) * a
+        return tied.sum() + picked.sum() + b.var(1).sum() + others.sum() + torch.fmod(b, 0.7).sum()
+
+    a, b = torch.randn(5, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
+    i = torch.tensor([[0, 2], [1, 1], [3, 0]])
+    tangents = (torch.randn_like(a), torch.randn_like(b))
+    jitted = thunder_core.jit(
+        lambda a, b, ta, tb: thunder_core.jvp(lambda a, b: f(a, b, i), (a, b), (ta, tb))
+    )
+    expected = torch.func.jvp(lambda a, b: f(a, b, i), (a, b), tangents)
+    torch.testing.assert_close(jitted(a, b, *tangents), expected, **TOLERANCE)
+    assert not [o for o in thunder_core.explain(jitted).operations if "torch_func_jvp" in o.operation]
 
 
 def test_jvp_edge_cases_are_torch_funcs_or_refused():
