@@ -444,6 +444,46 @@ def test_jvp_of_prims_uses_thunder_cores_own_rules():
     assert not [o for o in thunder_core.explain(jitted).operations if "torch_func_jvp" in o.operation]
 
 
+def test_rules_keep_pytorchs_semantics_at_the_edges():
+    # x[i] = v changes x's tangent though it returns nothing: refused as other in-place updates
+    def overwrite(x, y):
+        z = x.clone()
+        z[0] = y[0]
+        return z * 1.0
+
+    x, y, t = torch.randn(3), torch.randn(3), (torch.ones(3), torch.full((3,), 5.0))
+    with pytest.raises(thunder_core.ThunderCoreError, match="in-place"):
+        thunder_core.jvp(overwrite, (x, y), t)
+    # var over the dims of a 0-d example reduces nothing (not the batch)
+    for fn in (
+        lambda a: torch.var(a, correction=0),
+        lambda a: torch.masked_fill(a, torch.tensor(True), a.var(correction=0)),
+    ):
+        torch.testing.assert_close(
+            thunder_core.vmap(fn)(torch.randn(5)), torch.func.vmap(fn)(torch.randn(5)) * 0
+        )
+    # a batched 0-d example keeps 0-d type promotion: float64 0-d with float32 gives float32
+    xd, yf = torch.randn(5, dtype=torch.float64), torch.randn(3)
+    for op in (torch.atan2, torch.add):
+        ours, theirs = (
+            thunder_core.vmap(op, in_dims=(0, None))(xd, yf),
+            torch.func.vmap(op, in_dims=(0, None))(xd, yf),
+        )
+        assert ours.dtype == theirs.dtype
+        torch.testing.assert_close(ours, theirs)
+    # a matrix passed by keyword
+    m = torch.randn(4, 3, 3, dtype=torch.float64)
+    inverse = lambda m: torch.linalg.inv(A=m)  # noqa: E731
+    torch.testing.assert_close(thunder_core.vmap(inverse)(m), torch.func.vmap(inverse)(m))
+    # remainder's and fmod's gradients in the divisor use PyTorch's rounding divisions
+    a, b = torch.tensor([1.0, 5.0], dtype=torch.float64), torch.tensor([0.1, 0.1], dtype=torch.float64)
+    for op in (torch.remainder, torch.fmod):
+        f = lambda a, b, op=op: op(a, b).sum()  # noqa: E731
+        torch.testing.assert_close(thunder_core.grad(f, argnums=1)(a, b), torch.func.grad(f, argnums=1)(a, b))
+        tangents = (torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64))
+        torch.testing.assert_close(thunder_core.jvp(f, (a, b), tangents), torch.func.jvp(f, (a, b), tangents))
+
+
 def test_jvp_edge_cases_are_torch_funcs_or_refused():
     x, t = torch.randn(4), torch.randn(4)
     for fn, primal in (

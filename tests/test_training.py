@@ -53,3 +53,46 @@ def test_twenty_adamw_steps_match_eager(name):
     assert grads.keys() == expected_grads.keys()
     for n in grads:
         torch.testing.assert_close(grads[n], expected_grads[n], rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_an_index_assignment_into_a_copy_trains_like_eager():
+    """``z[0] = y[0]`` returns nothing, yet z then depends on y: both get eager's gradients (the
+    functional transforms, which cannot differentiate it, refuse it with the reason)."""
+
+    def overwrite(x, y):
+        z = x.clone()
+        z[0] = y[0]
+        return (z * torch.tensor([1.0, 2.0, 3.0])).sum()
+
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    thunder_core.jit(overwrite)(x, y).backward()
+    ours = (x.grad, y.grad)
+    x.grad = y.grad = None
+    overwrite(x, y).backward()
+    torch.testing.assert_close(ours, (x.grad, y.grad))
+    with pytest.raises(thunder_core.ThunderCoreError, match="in-place torch.Tensor.__setitem__"):
+        thunder_core.grad(overwrite, argnums=(0, 1))(x.detach(), y.detach())
+
+
+def test_a_module_filling_a_fresh_tensor_by_index_assignment_trains_like_eager():
+    """A fresh tensor that needs no gradient becomes one that does through ``out[:, 0] = h[:, 0]``."""
+
+    class Filled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            h = self.linear(x)
+            out = torch.empty_like(h)
+            out[:, 0] = h[:, 0]
+            out[:, 1:] = h[:, 1:].relu()
+            return out.square().sum()
+
+    torch.manual_seed(0)
+    model, x = Filled(), torch.randn(2, 3)
+    reference = copy.deepcopy(model)
+    thunder_core.jit(model)(x).backward()
+    reference(x).backward()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad)

@@ -5,9 +5,10 @@ recorded operation is then replayed on the batched values, which always carry th
 dimension 0. An operation none of whose inputs is batched is replayed as it is. Otherwise a
 batching rule rewrites it (elementwise operations align the examples' ranks and broadcast; ops
 that take dimensions get them shifted past the batch; ``linear`` and ``matmul`` of a batched
-input by an unbatched weight are the same call). An operation without a rule runs through
-``torch.func.vmap`` on its own (the symbol ``torch_func_vmap``, which ``explain`` lists beside the
-others): correct for every torch operation, without fusion across it.
+input by an unbatched weight are the same call; the prims' rules are in ``batching_prims``). An
+operation without a rule is batched through its recorded decomposition into prims; one with
+neither runs through ``torch.func.vmap`` on its own (the symbol ``torch_func_vmap``, which
+``explain`` lists beside the others): correct for every torch operation, without fusion across it.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class Batcher:
             rule = None if bsym.symbol.has_tag(RANDOM) else _rule(bsym.symbol)
             out = rule(bsym.symbol, self, args, kwargs) if rule is not None else None
             if out is None and _replayable_decomposition(bsym):
-                self.replay(bsym.subsymbols)  # binds the outputs: the decomposition's last values
+                self.replay(bsym.subsymbols)  # capture renamed its results to the op's outputs
                 continue
             if out is None:
                 out = self._fallback(bsym.symbol, args, kwargs)
@@ -236,6 +237,10 @@ def _aligned(batcher: Batcher, x, rank: int):
 
 def _elementwise(symbol, batcher, args, kwargs):
     tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
+    if len({x.dtype for x in tensors}) > 1 and any(batcher.is_batched(x) and x.ndim == 1 for x in tensors):
+        # A 0-d example would take part in type promotion as a tensor with dims once batched
+        # (float64 0-d with float32 gives float32 per example, float64 batched): torch.func's
+        return None
     rank = max(batcher.per_example_rank(x) for x in tensors)
     args = tree_map(lambda x: _aligned(batcher, x, rank) if isinstance(x, TensorProxy) else x, args)
     kwargs = tree_map(lambda x: _aligned(batcher, x, rank) if isinstance(x, TensorProxy) else x, kwargs)
@@ -515,7 +520,7 @@ def _matrices_with_leading_batch(symbol, batcher, args, kwargs):
     """Matrix ops (inverse, decompositions, determinants) over (..., m, n): the batch is one more
     leading dimension, given one batched matrix and no other tensor."""
     tensors = [x for x in leaves((args, kwargs)) if isinstance(x, TensorProxy)]
-    if len(tensors) != 1 or not batcher.is_batched(args[0]) or args[0].ndim < 3:
+    if len(tensors) != 1 or not batcher.is_batched(tensors[0]) or tensors[0].ndim < 3:
         return None
     return symbol(*args, **kwargs)
 

@@ -39,11 +39,11 @@ def _every_tensor_batched(batcher, tree):
     )
 
 
-def _only_first_batched(batcher, args) -> bool:
+def _first_alone_batched(batcher, args) -> bool:
     return batcher.is_batched(args[0]) and not any(batcher.is_batched(x) for x in leaves(args[1:]))
 
 
-def _dim(batcher, x, dim: int) -> int:
+def _dim(x, dim: int) -> int:
     """One example's dim of batched ``x`` as a dim of the batch."""
     return dim % (x.ndim - 1) + 1 if x.ndim > 1 else dim + 1
 
@@ -60,37 +60,41 @@ def _elementwise(symbol, batcher, args, kwargs):
 
 
 def _broadcast_in_dim(symbol, batcher, args, kwargs):
-    if kwargs or not _only_first_batched(batcher, args):
+    if kwargs or not _first_alone_batched(batcher, args):
         return None
     a, shape, dims = args
     return symbol(a, (batcher.size, *shape), (0, *(d + 1 for d in dims)))
 
 
 def _reshape(symbol, batcher, args, kwargs):
-    if kwargs or not _only_first_batched(batcher, args):
+    if kwargs or not _first_alone_batched(batcher, args):
         return None
     return symbol(args[0], (batcher.size, *args[1]))
 
 
 def _permute(symbol, batcher, args, kwargs):
-    if kwargs or not _only_first_batched(batcher, args):
+    if kwargs or not _first_alone_batched(batcher, args):
         return None
-    return symbol(args[0], (0, *(_dim(batcher, args[0], d) for d in args[1])))
+    return symbol(args[0], (0, *(_dim(args[0], d) for d in args[1])))
 
 
-def _with_dims(position: int):
-    """Prims with a tuple of dims (or one dim) at ``position``: squeeze, flip, the reductions."""
+def _with_dims(position: int, none_is_identity: bool = False):
+    """Prims with a tuple of dims (or one dim) at ``position``: squeeze, flip, the reductions.
+    No dims at all is allowed where the prim then changes nothing (``none_is_identity``: sum,
+    amax, ...; ``var`` over no dims reduces over all of them, the batch included)."""
 
     def rule(symbol, batcher, args, kwargs):
-        if kwargs or len(args) <= position or not _only_first_batched(batcher, args):
+        if kwargs or len(args) <= position or not _first_alone_batched(batcher, args):
             return None
         dims = args[position]
+        if dims in ((), []) and not none_is_identity:
+            return None
         if args[0].ndim == 1 and dims not in ((), []):
             return None  # one number per example: a dim could name it as 0 or -1
         if isinstance(dims, int) and not isinstance(dims, bool):
-            shifted = _dim(batcher, args[0], dims)
+            shifted = _dim(args[0], dims)
         elif isinstance(dims, (tuple, list)) and all(isinstance(d, int) for d in dims):
-            shifted = type(dims)(_dim(batcher, args[0], d) for d in dims)
+            shifted = type(dims)(_dim(args[0], d) for d in dims)
         else:
             return None
         return symbol(*args[:position], shifted, *args[position + 1 :])
@@ -99,7 +103,7 @@ def _with_dims(position: int):
 
 
 def _slice(symbol, batcher, args, kwargs):
-    if kwargs or not _only_first_batched(batcher, args):
+    if kwargs or not _first_alone_batched(batcher, args):
         return None
     a, start, end, *rest = args
     strides = rest[0] if rest and rest[0] is not None else [1] * len(start)
@@ -115,10 +119,10 @@ def _cat(symbol, batcher, args, kwargs):
 
 
 def _take(symbol, batcher, args, kwargs):
-    if kwargs or not _only_first_batched(batcher, args):
+    if kwargs or not _first_alone_batched(batcher, args):
         return None
     a, index, dim = args
-    return symbol(a, index, _dim(batcher, a, dim))
+    return symbol(a, index, _dim(a, dim))
 
 
 def _gather_or_scatter(symbol, batcher, args, kwargs):
@@ -167,12 +171,12 @@ PRIM_RULES.update(
         "prims.broadcast_in_dim": _broadcast_in_dim,
         "prims.reshape": _reshape,
         "prims.permute": _permute,
-        "prims.squeeze": _with_dims(1),
-        "prims.flip": _with_dims(1),
-        "prims.sum": _with_dims(1),
-        "prims.prod": _with_dims(1),
-        "prims.amax": _with_dims(1),
-        "prims.amin": _with_dims(1),
+        "prims.squeeze": _with_dims(1, none_is_identity=True),
+        "prims.flip": _with_dims(1, none_is_identity=True),
+        "prims.sum": _with_dims(1, none_is_identity=True),
+        "prims.prod": _with_dims(1, none_is_identity=True),
+        "prims.amax": _with_dims(1, none_is_identity=True),
+        "prims.amin": _with_dims(1, none_is_identity=True),
         "prims.var": _with_dims(1),
         "prims.cumsum": _with_dims(1),
         "prims.argmax": _with_dims(1),

@@ -95,14 +95,15 @@ class Pushforward:
             if not any(self.tangent(x) is not None for x in leaves((args, kwargs))):
                 self._bind(bsym.output, bsym.symbol(*args, **kwargs), None)
                 continue
+            if bsym.symbol.has_tag(INPLACE):
+                # The base of a view it writes through would keep a stale tangent: the caller
+                # takes the transpose of the VJP, which refuses in-place updates with the reason.
+                # (Before the check below: ``x[i] = v`` returns nothing, yet changes x's tangent.)
+                raise NotForwardDifferentiable(bsym.symbol.printed_name)
             if not any(_differentiable(y) for y in leaves(bsym.output)):
                 # comparisons, integer results: no tangent flows through them
                 self._bind(bsym.output, bsym.symbol(*args, **kwargs), None)
                 continue
-            if bsym.symbol.has_tag(INPLACE):
-                # The base of a view it writes through would keep a stale tangent: the caller
-                # takes the transpose of the VJP, which refuses in-place updates with the reason.
-                raise NotForwardDifferentiable(bsym.symbol.printed_name)
             rule = _RULES.get(_key(bsym.symbol))
             if rule is not None:
                 found = rule(self, bsym.symbol, args, kwargs)

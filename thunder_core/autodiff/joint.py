@@ -51,6 +51,12 @@ class Split:
 
 def needs_grad(bsym: BoundSymbol) -> bool:
     inputs = any(isinstance(p, TensorProxy) and p.requires_grad for p in bsym.flat_args())
+    if (
+        inputs
+        and bsym.symbol.has_tag(INPLACE)
+        and not any(isinstance(p, TensorProxy) for p in bsym.flat_outputs())
+    ):
+        return True  # ``x[i] = v`` returns nothing, yet x now depends on v
     return inputs and any(isinstance(p, TensorProxy) and p.requires_grad for p in bsym.flat_outputs())
 
 

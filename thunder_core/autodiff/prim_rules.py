@@ -126,7 +126,7 @@ def _(out, g, a, b):
 def _(out, g, a, b):
     pairs = [(a, like(g, a))]
     if is_tensor(b):
-        pairs.append((b, like(ops.neg(ops.mul(g, ops.trunc(ops.div(a, b)))), b)))
+        pairs.append((b, like(ops.neg(ops.mul(g, ops.div(a, b, rounding_mode="trunc"))), b)))
     return pairs
 
 
@@ -134,7 +134,7 @@ def _(out, g, a, b):
 def _(out, g, a, b):
     pairs = [(a, like(g, a))]
     if is_tensor(b):
-        pairs.append((b, like(ops.neg(ops.mul(g, ops.floor(ops.div(a, b)))), b)))
+        pairs.append((b, like(ops.neg(ops.mul(g, ops.div(a, b, rounding_mode="floor"))), b)))
     return pairs
 
 
