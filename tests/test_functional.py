@@ -444,6 +444,37 @@ def test_jvp_of_prims_uses_thunder_cores_own_rules():
     assert not [o for o in thunder_core.explain(jitted).operations if "torch_func_jvp" in o.operation]
 
 
+def test_per_example_gradients_through_ops_differentiated_by_pytorch_autograd():
+    """conv2d, max_pool2d (no VJP rule of thunder_core's: PyTorch autograd differentiates them)
+    under vmap(grad): the op batched, its backward as torch.func.vjp of it, mapped. Also an op of
+    unbatched parameters whose gradient is per example."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(36, 5),
+    )
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x, scale = torch.randn(6, 1, 8, 8), torch.randn(6)
+
+    def loss(params, x, scale):
+        out = torch.func.functional_call(model, params, (x.unsqueeze(0),))
+        return out.square().mean() + torch.special.erfcx(params["4.bias"]).sum() * scale
+
+    per_example = thunder_core.jit(
+        lambda p, x, s: thunder_core.vmap(thunder_core.grad(loss), in_dims=(None, 0, 0))(p, x, s)
+    )
+    expected = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, x, scale)
+    got = per_example(params, x, scale)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-5)
+    operations = [o.operation for o in thunder_core.explain(per_example).operations]
+    assert any("torch_func_vmap_vjp" in o for o in operations)
+    assert not any("autograd_fallback_backward" in o for o in operations)
+
+
 def test_rules_keep_pytorchs_semantics_at_the_edges():
     # x[i] = v changes x's tangent though it returns nothing: refused as other in-place updates
     def overwrite(x, y):

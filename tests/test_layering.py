@@ -29,7 +29,7 @@ LAYERS = [
     ("ir",),
     ("ops",),
     ("capture",),
-    ("autodiff", "transforms", "batching", "batching_prims", "forward_mode"),
+    ("autodiff", "transforms", "batching", "batching_prims", "batching_autograd", "forward_mode"),
     ("plugins.errors", "plugins.hookspecs", "plugins.probes", "plugins.config"),
     ("executors",),
     ("plugins",),

@@ -17,6 +17,8 @@ import functools
 
 import torch
 
+from thunder_core.autodiff.fallback import fallback_backward, fallback_forward
+from thunder_core.batching_autograd import PendingBackward, batched_backward
 from thunder_core.batching_prims import PRIM_RULES
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.errors import ThunderCoreError
@@ -111,6 +113,9 @@ class Batcher:
 
     def replay(self, bound_symbols) -> None:
         for bsym in bound_symbols:
+            if bsym.symbol is fallback_forward or bsym.symbol is fallback_backward:
+                self._autograd_fallback(bsym)
+                continue
             args, kwargs = tree_map(self.value, bsym.args), tree_map(self.value, bsym.kwargs)
             if not any(self.is_batched(x) for x in leaves((args, kwargs))):
                 if bsym.symbol.has_tag(RANDOM) and self.randomness == "error":
@@ -137,7 +142,7 @@ class Batcher:
                 self.replay(bsym.subsymbols)  # capture renamed its results to the op's outputs
                 continue
             if out is None:
-                out = self._fallback(bsym.symbol, args, kwargs)
+                out = self._fallback(bsym.symbol.printed_name, bsym.symbol.impl, args, kwargs)
             self._bind_outputs(bsym.output, out, batched=True)
 
     def _bind_outputs(self, recorded, out, batched: bool) -> None:
@@ -147,24 +152,54 @@ class Batcher:
                     old, new, batched and isinstance(new, TensorProxy) and id(new) not in self.not_batched
                 )
 
-    def _fallback(self, symbol: Symbol, args, kwargs):
+    def _autograd_fallback(self, bsym) -> None:
+        """An op a gradient differentiates with PyTorch autograd: its forward batched like any op
+        without a rule, its backward as ``torch.func.vjp`` of the op, mapped
+        (``batching_autograd``); unbatched, both as recorded."""
+        if bsym.symbol is fallback_forward:
+            fn, args, kwargs, differentiable = tree_map(self.value, bsym.args)
+            out_recorded, handle_recorded = bsym.output
+            handle = None
+            if any(self.is_batched(x) for x in leaves((args, kwargs))):
+                out = self._fallback(getattr(fn, "__name__", "op"), fn, args, kwargs)
+                self._bind_outputs(out_recorded, out, batched=True)
+            else:
+                out, handle = fallback_forward(fn, args, kwargs, differentiable)
+                self._bind_outputs(out_recorded, out, batched=False)
+            self.values[id(handle_recorded)] = PendingBackward(fn, args, kwargs, differentiable, handle)
+            return
+        pending = self.values.get(id(bsym.args[0]))
+        if not isinstance(pending, PendingBackward):
+            raise ThunderCoreError(
+                "thunder_core.vmap: the backward of an op differentiated by PyTorch autograd is mapped "
+                "without its forward; map the whole gradient computation (vmap(grad(f)))"
+            )
+        grads = tree_map(self.value, bsym.args[2])
+        out = batched_backward(self, pending, grads)
+        if out is not None:
+            self._bind_outputs(bsym.output, out, batched=True)
+            return
+        out = fallback_backward(pending.handle, tree_map(self.value, bsym.args[1]), grads)
+        self._bind_outputs(bsym.output, out, batched=False)
+
+    def _fallback(self, name: str, impl, args, kwargs):
         if any(self.is_batched(x) for x in leaves(kwargs)):
             moved = dict(kwargs)
             # a batched keyword argument: pass it positionally to a wrapper that names it
             names = [k for k, v in kwargs.items() if any(self.is_batched(x) for x in leaves(v))]
             values = [moved.pop(k) for k in names]
-            fn = _KeywordCall(symbol.impl, len(args), tuple(names))
+            fn = _KeywordCall(impl, len(args), tuple(names))
             args = (*args, *values)
             kwargs = moved
         else:
-            fn = symbol.impl
+            fn = impl
         in_dims = tuple(0 if self.is_batched(x) else None for x in args)
         if any(not isinstance(x, TensorProxy) and any(self.is_batched(y) for y in leaves(x)) for x in args):
             in_dims = tuple(tree_map(lambda y: 0 if self.is_batched(y) else None, x) for x in args)
         randomness = (
             self.randomness
         )  # torch.func.vmap's own flag: random draws inside any op (dropout in attention)
-        return torch_func_vmap(symbol.printed_name, fn, in_dims, randomness, tuple(args), dict(kwargs))
+        return torch_func_vmap(name, fn, in_dims, randomness, tuple(args), dict(kwargs))
 
     def per_example_rank(self, x) -> int:
         return x.ndim - 1 if self.is_batched(x) else x.ndim
