@@ -196,10 +196,8 @@ class Batcher:
         in_dims = tuple(0 if self.is_batched(x) else None for x in args)
         if any(not isinstance(x, TensorProxy) and any(self.is_batched(y) for y in leaves(x)) for x in args):
             in_dims = tuple(tree_map(lambda y: 0 if self.is_batched(y) else None, x) for x in args)
-        randomness = (
-            self.randomness
-        )  # torch.func.vmap's own flag: random draws inside any op (dropout in attention)
-        return torch_func_vmap(name, fn, in_dims, randomness, tuple(args), dict(kwargs))
+        # torch.func.vmap's own flag applies to random draws inside any op (dropout in attention)
+        return torch_func_vmap(name, fn, in_dims, self.randomness, tuple(args), dict(kwargs))
 
     def per_example_rank(self, x) -> int:
         return x.ndim - 1 if self.is_batched(x) else x.ndim
@@ -414,23 +412,6 @@ def _linear(symbol, batcher, args, kwargs):
     return out
 
 
-def _matmul(symbol, batcher, args, kwargs):
-    if kwargs or len(args) != 2:
-        return None
-    a, b = args
-    a_batched, b_batched = batcher.is_batched(a), batcher.is_batched(b)
-    ra, rb = batcher.per_example_rank(a), batcher.per_example_rank(b)
-    if a_batched and not b_batched and rb <= 2 and ra >= 1:
-        return symbol(a, b)  # (B, ..., k) @ (k, m) or (k,): the batch is one more leading dim
-    if b_batched and not a_batched and ra >= 2 and rb >= 2:
-        # (..., n, k) @ (B, ..., k, m): b's example dims aligned with a's leading dims
-        return symbol(a, _aligned(batcher, b, max(ra, rb)))
-    if a_batched and b_batched and ra >= 2 and rb >= 2:
-        rank = max(ra, rb)
-        return symbol(_aligned(batcher, a, rank), _aligned(batcher, b, rank))
-    return None
-
-
 def _dim_of_aligned(position: int):
     """Ops of several same-rank tensors with a ``dim`` at ``position`` (softmax backwards)."""
 
@@ -594,6 +575,6 @@ _RULES.update(
         "t": _t,
         "expand": _expand,
         "linear": _linear,
-        "matmul": _matmul,
+        "matmul": PRIM_RULES["prims.matmul"],  # the same meaning: torch.matmul
     }
 )

@@ -122,20 +122,21 @@ def _(out, g, a, b):
     return [(a, like(ops.where(ops.eq(a, 0), 0.0, ops.mul(g, ops.div(out, a))), a))]
 
 
-@_prim(P.fmod)
-def _(out, g, a, b):
-    pairs = [(a, like(g, a))]
-    if is_tensor(b):
-        pairs.append((b, like(ops.neg(ops.mul(g, ops.div(a, b, rounding_mode="trunc"))), b)))
-    return pairs
+def _modulo(rounding_mode: str):
+    """``a - div(a, b, rounding_mode) * b`` (fmod: trunc, remainder: floor): the derivative in a is
+    1, in b minus the rounded quotient, as PyTorch's."""
+
+    def grads(out, g, a, b):
+        pairs = [(a, like(g, a))]
+        if is_tensor(b):
+            pairs.append((b, like(ops.neg(ops.mul(g, ops.div(a, b, rounding_mode=rounding_mode))), b)))
+        return pairs
+
+    return grads
 
 
-@_prim(P.remainder)
-def _(out, g, a, b):
-    pairs = [(a, like(g, a))]
-    if is_tensor(b):
-        pairs.append((b, like(ops.neg(ops.mul(g, ops.div(a, b, rounding_mode="floor"))), b)))
-    return pairs
+_prim(P.fmod)(_modulo("trunc"))
+_prim(P.remainder)(_modulo("floor"))
 
 
 @_prim(P.where)
