@@ -12,6 +12,7 @@ thunder_core/select=priority               # the claim order decides, without me
 thunder_core/dynamic=true                  # every size symbolic from the first call
 thunder_core/background=always             # compile_in_background="always" (or never)
 torch.compile/dynamic=true                 # torch.compile(dynamic=True); also with a backend or mode
+torch.compile(backend=thunder_core)/background=always   # options={"compile_in_background": "always"}
 """
 
 from __future__ import annotations
@@ -71,9 +72,14 @@ def torch_compile_arguments(spec: str) -> dict:
         arguments["mode"] = inside[1:-1]
     for item in filter(None, tail.split("+")):
         key, _, value = item.partition("=")
-        if key != "dynamic":
-            raise ValueError(f"{item!r} is not a setting of {head!r} (only dynamic=...)")
-        arguments["dynamic"] = _value(value)
+        if key == "background" and arguments.get("backend") == "thunder_core":
+            arguments.setdefault("options", {})["compile_in_background"] = value
+        elif key == "dynamic":
+            arguments["dynamic"] = _value(value)
+        else:
+            raise ValueError(
+                f"{item!r} is not a setting of {head!r} (dynamic=..., and background=... with thunder_core)"
+            )
     return arguments
 
 

@@ -19,12 +19,6 @@ from thunder_core.executors.failures import FirstCall
 from thunder_core.plugins.config import resolve
 
 
-@pytest.fixture(autouse=True)
-def _dynamo_not_used(monkeypatch):
-    """Other tests in this process may have used Dynamo (then compiles run on the caller's thread)."""
-    monkeypatch.setattr(background, "dynamo_in_use", lambda: False)
-
-
 class GatedRegions(FusionExecutor):
     """Runs each region as the trace of its operations, compiled only when ``gate`` is set;
     counts the compiled regions' calls and the threads that compiled them."""
@@ -70,8 +64,11 @@ def _claimed(executor, x, *, background=True, symbolic=None):
 
 def _region(trace):
     (region,) = [b for b in trace.bound_symbols if b.executor != "torch" and b.executor != "python"]
-    impl = region.impl.fn if isinstance(region.impl, FirstCall) else region.impl
-    return impl
+    return _region_impl(region)
+
+
+def _region_impl(region):
+    return region.impl.fn if isinstance(region.impl, FirstCall) else region.impl
 
 
 def test_a_region_runs_its_torch_operations_until_its_compile_is_done_then_the_compiled_region():
@@ -282,7 +279,7 @@ def test_a_function_compiled_by_dynamo_runs_while_a_compile_traces_with_fx_in_th
     finally:
         executor.gate.set()
     assert thunder_core.wait_for_compiles(timeout=60)
-    assert torch._dynamo.config.error_on_nested_fx_trace  # Dynamo's setting is back
+    assert not torch._dynamo.config.error_on_nested_fx_trace  # off from the worker's first compile on
     torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
     assert torch._dynamo.utils.counters["frames"]["ok"] > frames_before  # compiled by Dynamo after
     torch.testing.assert_close(program(x), f(x))
@@ -320,20 +317,149 @@ def test_a_compile_on_the_calling_thread_goes_before_the_next_compile_in_the_bac
     assert order == ["foreground", "background"]
 
 
-def test_once_dynamo_is_in_use_a_region_is_compiled_on_the_thread_that_calls_it(monkeypatch):
-    """No compile of ours traces with FX beside a Dynamo compile on another thread (PyTorch's
-    tracing state is process-wide): the compile happens at the region's first call instead."""
-    monkeypatch.setattr(background, "dynamo_in_use", lambda: True)
+def test_a_dynamo_compile_does_not_wait_for_the_worker_and_the_worker_waits_for_it():
+    """A frame Dynamo compiles while a region compiles on the worker is compiled at once; a
+    region's compile starts only once no Dynamo compile runs (both are Python: they would share
+    the interpreter's lock)."""
+    import torch._dynamo
+
     executor = GatedRegions()
-    executor.gate.set()
     x = torch.randn(4, 3)
-    trace = _claimed(executor, x)
-    torch.testing.assert_close(trace.python_callable()(x), f(x))
-    assert executor.compiled_on == [threading.current_thread().name] and executor.calls == 1
+    program = _claimed(executor, x).python_callable()
+    torch.testing.assert_close(program(x), f(x))  # its compile waits for the gate on the worker
+    deadline = time.monotonic() + 60
+    while background.COMPILE_LOCK._owner != background._worker.thread.ident:
+        assert time.monotonic() < deadline, "the worker never took the lock"
+        time.sleep(0.001)
+
+    def g(y):
+        return torch.cos(y) * 3
+
+    y = torch.randn(5)
+    torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))  # not blocked
+    assert executor.compiled_on == []
+    backend_entered, backend_gate = threading.Event(), threading.Event()
+
+    def slow_backend(gm, example_inputs):
+        backend_entered.set()
+        assert backend_gate.wait(timeout=60)
+        return gm.forward
+
+    def h(y):
+        return torch.sin(y) - 1
+
+    second = GatedRegions("second")
+    second.gate.set()
+    results = []
+    other = threading.Thread(target=lambda: results.append(torch.compile(h, backend=slow_backend)(y)))
+    other.start()
+    assert backend_entered.wait(timeout=60)  # a Dynamo compile runs
+    _claimed(second, torch.randn(2, 3)).python_callable()(torch.randn(2, 3))  # queued for the worker
+    executor.gate.set()  # the first region's compile ends
+    time.sleep(0.5)
+    assert second.compiled_on == []  # the next one waits for the Dynamo compile
+    backend_gate.set()
+    other.join(timeout=60)
+    torch.testing.assert_close(results[0], h(y))
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert executor.compiled_on == second.compiled_on == ["thunder-core-compile"]
 
 
-def test_the_torch_compile_front_end_compiles_before_running(monkeypatch):
-    monkeypatch.setenv("THUNDER_CORE_COMPILE_IN_BACKGROUND", "always")
-    from thunder_core.dynamo.compiler import ThunderCompiler
+def test_the_torch_compile_front_end_compiles_in_the_background_when_asked():
+    """``options={"compile_in_background": "always"}``: a part runs at once, its Inductor regions
+    as torch operations until the worker has compiled them, then compiled."""
+    import torch._dynamo
 
-    assert ThunderCompiler().job.config.compile_in_background == "never"
+    torch._dynamo.reset()
+
+    def fn(x, w):
+        return torch.sin(x @ w * 2) + x.exp().sum(-1, keepdim=True)
+
+    x, w = torch.randn(6, 4), torch.randn(4, 4)
+    options = {"compile_in_background": "always", "executors": ["inductor", "torch"], "select": "priority"}
+    opt = torch.compile(fn, backend="thunder_core", options=options)
+    torch.testing.assert_close(opt(x, w), fn(x, w))
+    regions = [
+        _region_impl(b) for b in thunder_core.last_traces(opt)[-1].bound_symbols if b.executor == "inductor"
+    ]
+    assert regions and all(isinstance(r, BackgroundCompile) for r in regions)
+    assert thunder_core.wait_for_compiles(timeout=300)
+    assert all(r.state == "compiled" for r in regions), [r.state for r in regions]
+    torch.testing.assert_close(opt(x, w), fn(x, w))
+    torch.testing.assert_close(opt(x, w), fn(x, w))
+    assert all(r._compiled is r.compiled for r in regions)  # the compiled regions ran
+
+
+class PhasedRegions(GatedRegions):
+    """Waits at ``gate`` before tracing (the tracing flag clear, as in Inductor's code generation),
+    then traces the region with FX and holds the trace open until ``trace_gate`` is set."""
+
+    def __init__(self):
+        super().__init__("phased")
+        self.started, self.tracing, self.trace_gate = threading.Event(), threading.Event(), threading.Event()
+
+    def compile_region(self, region):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        self.started.set()
+        assert self.gate.wait(timeout=60)
+        fn = region.as_trace("region").python_callable()
+
+        def held(*args):
+            self.tracing.set()
+            assert self.trace_gate.wait(timeout=60)
+            return fn(*args)
+
+        make_fx(held)(*(torch.empty(p.shape, dtype=p.dtype) for p in region.inputs))
+        self.compiled_on.append(threading.current_thread().name)
+        return fn
+
+
+def test_the_tracing_flag_left_set_by_two_overlapping_traces_is_cleared():
+    """A torch.compile on another thread whose backend traces with FX while the worker's trace
+    starts and ends after it: each trace puts back the flag value it found, which leaves the flag
+    set with no trace running, and every Dynamo-compiled function would run eagerly from then on."""
+    import torch._dynamo
+    from torch.fx._symbolic_trace import is_fx_tracing
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    executor = PhasedRegions()
+    x = torch.randn(4, 3)
+    program = _claimed(executor, x).python_callable()
+    torch.testing.assert_close(program(x), f(x))
+    assert executor.started.wait(timeout=60)  # the worker compiles, not tracing yet
+    backend_tracing, backend_gate = threading.Event(), threading.Event()
+
+    def tracing_backend(gm, example_inputs):
+        def held(*args):
+            backend_tracing.set()
+            assert backend_gate.wait(timeout=60)
+            return gm(*args)
+
+        make_fx(held)(*example_inputs)
+        return gm.forward
+
+    def h(y):
+        return torch.cos(y) + 1
+
+    y = torch.randn(5)
+    results = []
+    other = threading.Thread(target=lambda: results.append(torch.compile(h, backend=tracing_backend)(y)))
+    other.start()
+    assert backend_tracing.wait(timeout=60)  # Dynamo's backend traces: it found the flag clear
+    executor.gate.set()
+    assert executor.tracing.wait(timeout=60)  # the worker traces too: it found the flag set
+    backend_gate.set()
+    other.join(timeout=60)
+    torch.testing.assert_close(results[0], h(y))
+    assert not is_fx_tracing()  # put back as the backend found it, while the worker still traces
+    executor.trace_gate.set()
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert not is_fx_tracing()  # the worker's trace put back "set"; cleared after its compile
+    frames = torch._dynamo.utils.counters["frames"]["ok"]
+
+    def g(y):
+        return torch.sin(y) * 2
+
+    torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
+    assert torch._dynamo.utils.counters["frames"]["ok"] > frames  # compiled, not run eagerly

@@ -26,6 +26,7 @@ from torch import fx
 
 from thunder_core.dynamo.split import Partition, partition
 from thunder_core.errors import CaptureError, DataDependentError
+from thunder_core.executors.background import COMPILE_LOCK
 from thunder_core.ir.symbolic import solve_linear
 from thunder_core.jit.dynamic import ArgumentDims
 from thunder_core.jit.module import ThunderModule
@@ -48,6 +49,7 @@ OPTIONS = {
     "select": "'measure' (default) or 'priority', as in thunder_core.jit",
     "fallback": "'inductor' (default) or 'eager': what runs the parts thunder_core does not capture",
     "recompile_limit": "compilations per thunder_core part before it runs eagerly (default 8)",
+    "compile_in_background": "'never' (default), 'recompiles' or 'always', as in thunder_core.jit",
 }
 
 
@@ -186,7 +188,8 @@ class _Fallback:
 
                 # Inductor may rewrite the graph it is given: give it a copy, keep ours for eager.
                 graph_copy = fx.GraphModule(gm, copy.deepcopy(gm.graph))
-                self.compiled, self.runner = compile_fx(graph_copy, examples), "inductor"
+                with COMPILE_LOCK:  # one FX trace at a time: see thunder_core.executors.background
+                    self.compiled, self.runner = compile_fx(graph_copy, examples), "inductor"
             except Exception as error:  # Inductor cannot compile it: eager is always right
                 self.runner = f"eager (Inductor failed: {type(error).__name__}: {str(error)[:200]})"
 
@@ -467,10 +470,8 @@ class ThunderCompiler:
             options=options.get("options"),
             disable=options.get("disable"),
             select=options.get("select"),
+            compile_in_background=options.get("compile_in_background"),
         )
-        # Parts run inside Dynamo's frames, and no compile of ours traces with FX on another thread
-        # once Dynamo is in use (``thunder_core.executors.background``): compiles happen here.
-        config.compile_in_background = "never"
         self.job = build_job(config)
         if self.job.module_transforms:
             names = sorted({name.split(".")[0] for _, _, name in self.job.module_transforms})
