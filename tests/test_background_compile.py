@@ -279,7 +279,7 @@ def test_a_function_compiled_by_dynamo_runs_while_a_compile_traces_with_fx_in_th
     finally:
         executor.gate.set()
     assert thunder_core.wait_for_compiles(timeout=60)
-    assert not torch._dynamo.config.error_on_nested_fx_trace  # off from the worker's first compile on
+    assert torch._dynamo.config.error_on_nested_fx_trace  # Dynamo's setting is back
     torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
     assert torch._dynamo.utils.counters["frames"]["ok"] > frames_before  # compiled by Dynamo after
     torch.testing.assert_close(program(x), f(x))
@@ -317,52 +317,55 @@ def test_a_compile_on_the_calling_thread_goes_before_the_next_compile_in_the_bac
     assert order == ["foreground", "background"]
 
 
-def test_a_dynamo_compile_does_not_wait_for_the_worker_and_the_worker_waits_for_it():
-    """A frame Dynamo compiles while a region compiles on the worker is compiled at once; a
-    region's compile starts only once no Dynamo compile runs (both are Python: they would share
-    the interpreter's lock)."""
+def test_a_dynamo_compile_waits_for_the_compile_in_the_background_not_beside_it():
+    """Dynamo's compile lock is the worker's while it compiles: a frame first called meanwhile
+    (not during an FX trace) is compiled by Dynamo after the region's compile, not beside it
+    (two FX traces on two threads at once leave ``torch.nn.Module.__call__`` patched)."""
     import torch._dynamo
 
     executor = GatedRegions()
     x = torch.randn(4, 3)
     program = _claimed(executor, x).python_callable()
-    torch.testing.assert_close(program(x), f(x))  # its compile waits for the gate on the worker
+    torch.testing.assert_close(program(x), f(x))
     deadline = time.monotonic() + 60
     while background.COMPILE_LOCK._owner != background._worker.thread.ident:
         assert time.monotonic() < deadline, "the worker never took the lock"
         time.sleep(0.001)
+    order = []
 
     def g(y):
+        order.append("dynamo traces g")
         return torch.cos(y) * 3
 
     y = torch.randn(5)
-    torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))  # not blocked
-    assert executor.compiled_on == []
-    backend_entered, backend_gate = threading.Event(), threading.Event()
-
-    def slow_backend(gm, example_inputs):
-        backend_entered.set()
-        assert backend_gate.wait(timeout=60)
-        return gm.forward
-
-    def h(y):
-        return torch.sin(y) - 1
-
-    second = GatedRegions("second")
-    second.gate.set()
-    results = []
-    other = threading.Thread(target=lambda: results.append(torch.compile(h, backend=slow_backend)(y)))
-    other.start()
-    assert backend_entered.wait(timeout=60)  # a Dynamo compile runs
-    _claimed(second, torch.randn(2, 3)).python_callable()(torch.randn(2, 3))  # queued for the worker
-    executor.gate.set()  # the first region's compile ends
+    caller = threading.Thread(target=lambda: order.append(torch.compile(g, backend="eager")(y)))
+    caller.start()
     time.sleep(0.5)
-    assert second.compiled_on == []  # the next one waits for the Dynamo compile
-    backend_gate.set()
-    other.join(timeout=60)
-    torch.testing.assert_close(results[0], h(y))
+    assert order == []  # Dynamo waits for its compile lock
+    order.append("region compiled")
+    executor.gate.set()
+    caller.join(timeout=60)
+    assert order[:2] == ["region compiled", "dynamo traces g"]
+    torch.testing.assert_close(order[2], g(y))
     assert thunder_core.wait_for_compiles(timeout=60)
-    assert executor.compiled_on == second.compiled_on == ["thunder-core-compile"]
+    assert executor.compiled_on == ["thunder-core-compile"]
+
+
+def test_the_worker_starts_no_compile_while_a_program_compiles_before_it_runs():
+    """A program compiling for a caller that waits (capture, transforms: Python) would share the
+    interpreter's lock with a compile on the worker: the worker's next compile waits for it."""
+    executor = GatedRegions()
+    executor.gate.set()
+    x = torch.randn(4, 3)
+    with background.foreground_compile():
+        program = _claimed(executor, x).python_callable()
+        torch.testing.assert_close(program(x), f(x))  # its region is handed to the worker
+        time.sleep(0.5)
+        assert executor.compiled_on == []
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert executor.compiled_on == ["thunder-core-compile"]
+    torch.testing.assert_close(program(x), f(x))
+    assert executor.calls == 1
 
 
 def test_the_torch_compile_front_end_compiles_in_the_background_when_asked():
@@ -388,78 +391,3 @@ def test_the_torch_compile_front_end_compiles_in_the_background_when_asked():
     torch.testing.assert_close(opt(x, w), fn(x, w))
     torch.testing.assert_close(opt(x, w), fn(x, w))
     assert all(r._compiled is r.compiled for r in regions)  # the compiled regions ran
-
-
-class PhasedRegions(GatedRegions):
-    """Waits at ``gate`` before tracing (the tracing flag clear, as in Inductor's code generation),
-    then traces the region with FX and holds the trace open until ``trace_gate`` is set."""
-
-    def __init__(self):
-        super().__init__("phased")
-        self.started, self.tracing, self.trace_gate = threading.Event(), threading.Event(), threading.Event()
-
-    def compile_region(self, region):
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        self.started.set()
-        assert self.gate.wait(timeout=60)
-        fn = region.as_trace("region").python_callable()
-
-        def held(*args):
-            self.tracing.set()
-            assert self.trace_gate.wait(timeout=60)
-            return fn(*args)
-
-        make_fx(held)(*(torch.empty(p.shape, dtype=p.dtype) for p in region.inputs))
-        self.compiled_on.append(threading.current_thread().name)
-        return fn
-
-
-def test_the_tracing_flag_left_set_by_two_overlapping_traces_is_cleared():
-    """A torch.compile on another thread whose backend traces with FX while the worker's trace
-    starts and ends after it: each trace puts back the flag value it found, which leaves the flag
-    set with no trace running, and every Dynamo-compiled function would run eagerly from then on."""
-    import torch._dynamo
-    from torch.fx._symbolic_trace import is_fx_tracing
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    executor = PhasedRegions()
-    x = torch.randn(4, 3)
-    program = _claimed(executor, x).python_callable()
-    torch.testing.assert_close(program(x), f(x))
-    assert executor.started.wait(timeout=60)  # the worker compiles, not tracing yet
-    backend_tracing, backend_gate = threading.Event(), threading.Event()
-
-    def tracing_backend(gm, example_inputs):
-        def held(*args):
-            backend_tracing.set()
-            assert backend_gate.wait(timeout=60)
-            return gm(*args)
-
-        make_fx(held)(*example_inputs)
-        return gm.forward
-
-    def h(y):
-        return torch.cos(y) + 1
-
-    y = torch.randn(5)
-    results = []
-    other = threading.Thread(target=lambda: results.append(torch.compile(h, backend=tracing_backend)(y)))
-    other.start()
-    assert backend_tracing.wait(timeout=60)  # Dynamo's backend traces: it found the flag clear
-    executor.gate.set()
-    assert executor.tracing.wait(timeout=60)  # the worker traces too: it found the flag set
-    backend_gate.set()
-    other.join(timeout=60)
-    torch.testing.assert_close(results[0], h(y))
-    assert not is_fx_tracing()  # put back as the backend found it, while the worker still traces
-    executor.trace_gate.set()
-    assert thunder_core.wait_for_compiles(timeout=60)
-    assert not is_fx_tracing()  # the worker's trace put back "set"; cleared after its compile
-    frames = torch._dynamo.utils.counters["frames"]["ok"]
-
-    def g(y):
-        return torch.sin(y) * 2
-
-    torch.testing.assert_close(torch.compile(g, backend="eager")(y), g(y))
-    assert torch._dynamo.utils.counters["frames"]["ok"] > frames  # compiled, not run eagerly

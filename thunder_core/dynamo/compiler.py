@@ -26,7 +26,6 @@ from torch import fx
 
 from thunder_core.dynamo.split import Partition, partition
 from thunder_core.errors import CaptureError, DataDependentError
-from thunder_core.executors.background import COMPILE_LOCK
 from thunder_core.ir.symbolic import solve_linear
 from thunder_core.jit.dynamic import ArgumentDims
 from thunder_core.jit.module import ThunderModule
@@ -188,8 +187,7 @@ class _Fallback:
 
                 # Inductor may rewrite the graph it is given: give it a copy, keep ours for eager.
                 graph_copy = fx.GraphModule(gm, copy.deepcopy(gm.graph))
-                with COMPILE_LOCK:  # one FX trace at a time: see thunder_core.executors.background
-                    self.compiled, self.runner = compile_fx(graph_copy, examples), "inductor"
+                self.compiled, self.runner = compile_fx(graph_copy, examples), "inductor"
             except Exception as error:  # Inductor cannot compile it: eager is always right
                 self.runner = f"eager (Inductor failed: {type(error).__name__}: {str(error)[:200]})"
 

@@ -21,13 +21,13 @@ before and would not check it.
 
 PyTorch's FX tracing state is one flag for the whole process, and a function compiled by Dynamo
 (``torch.compile``) refuses to run while it is set, as if it were being traced. A compile in the
-background traces with FX (``make_fx``, Inductor's pattern passes), so from the worker's first
-compile on Dynamo is told not to refuse (``torch._dynamo.config.error_on_nested_fx_trace =
-False``): a Dynamo-compiled function called while the worker traces runs its Python as it is,
-with eager PyTorch, and its compiled code on later calls. The worker waits for Dynamo compiles
-to end before starting one (``_DynamoCompiles``), does not hold Dynamo's compile lock (a frame
-Dynamo compiles meanwhile does not wait for it), and clears the tracing flag that two
-overlapping traces on two threads can leave set.
+background traces with FX (``make_fx``, Inductor's pattern passes), so a program that starts
+using ``torch.compile`` while one runs would see that refusal: during each compile on the worker
+Dynamo is told not to refuse (``torch._dynamo.config.error_on_nested_fx_trace = False``), so a
+Dynamo-compiled function called meanwhile runs its Python as it is, with eager PyTorch, and its
+compiled code once the compile is done; and the worker holds Dynamo's compile lock, so a Dynamo
+compile on another thread waits for it instead of tracing beside it. The worker starts no
+compile while a program of ours compiles for a caller that waits (``foreground_compile``).
 
 ``wait_for_compiles()`` returns once every compile handed to the worker has finished.
 """
@@ -38,6 +38,7 @@ import atexit
 import contextvars
 import importlib
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -196,92 +197,84 @@ def compiles_pending() -> bool:
     return not _worker.idle()
 
 
-class _DynamoCompiles:
-    """Whether a Dynamo compile (``torch.compile`` tracing a frame) is running on any thread, from
-    Dynamo's own compile start and end callbacks; installed by the worker at its first compile.
+class _ForegroundCompiles:
+    """Whether a program of ours is compiling for a caller that waits (``foreground_compile``).
 
-    The worker starts no compile while one runs: Dynamo's tracing is Python, and a compile beside
-    it would take half its time (one interpreter lock). At the end of each Dynamo compile, and of
-    each compile of the worker, PyTorch's FX tracing flag is cleared if it was left set (see
-    ``_clear_a_stuck_tracing_flag``).
+    The worker starts no compile while one does: both are mostly Python, and a compile beside it
+    would take half its time (one interpreter lock).
     """
 
     def __init__(self):
         self._running = 0
         self._condition = threading.Condition()
-        self._installed = False
 
-    def install(self) -> None:
-        if self._installed:
-            return
-        from torch._dynamo.callback import callback_handler
-
-        _set_dynamo_refusal(False)
-        callback_handler.register_start_callback(self._started)
-        callback_handler.register_end_callback(self._ended)
-        self._installed = True
-
-    def _started(self, args) -> None:
+    @contextmanager
+    def running(self) -> Iterator[None]:
         with self._condition:
             self._running += 1
-
-    def _ended(self, args) -> None:
-        with self._condition:
-            self._running = max(0, self._running - 1)
-            self._condition.notify_all()
-        if COMPILE_LOCK.acquire(blocking=False):  # not while a compile of ours may be tracing
-            try:
-                self.clear_a_stuck_tracing_flag()
-            finally:
-                COMPILE_LOCK.release()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._running -= 1
+                self._condition.notify_all()
 
     def wait_until_none_runs(self, timeout: float) -> None:
         with self._condition:
             self._condition.wait_for(lambda: self._running == 0, timeout)
 
-    def clear_a_stuck_tracing_flag(self) -> None:
-        """PyTorch's FX tracing flag is one global that each trace sets and, at its end, puts back
-        to the value it found. Two traces on two threads whose times overlap without nesting (a
-        compile of ours and a ``torch.compile`` with Inductor on another thread) leave it set with
-        no trace running, and every function compiled by Dynamo would then run eagerly. Called
-        with ``COMPILE_LOCK`` held (no compile of ours traces) and no Dynamo compile running: the
-        flag is cleared. A trace started by the user on a third thread meanwhile (``make_fx``,
-        ``torch.export``) would see it cleared early; nothing else runs traces then."""
-        from torch.fx import _symbolic_trace
 
-        with self._condition:
-            if self._running == 0 and _symbolic_trace._is_fx_tracing_flag:
-                _symbolic_trace._is_fx_tracing_flag = False
+_foreground = _ForegroundCompiles()
+
+#: The longest the worker waits for foreground compiles to finish before starting its next one.
+_FOREGROUND_WAIT_S = 60.0
 
 
-_dynamo_compiles = _DynamoCompiles()
-
-#: The longest the worker waits for Dynamo compiles to finish before starting its next compile.
-_DYNAMO_WAIT_S = 60.0
+def foreground_compile():
+    """A block in which a caller waits for its program to compile: the worker starts no compile."""
+    return _foreground.running()
 
 
 class _BesideDynamo:
-    """What a compile on the worker holds, and waits for, so that Dynamo runs beside it.
+    """What a compile on the worker holds so that Dynamo, on other threads, runs beside it.
 
     Entered once per compile, on the worker (Dynamo was imported on the thread that handed the
-    compile over). From the first such compile on, Dynamo's refusal to run a compiled function
-    during an FX trace is off for the process (a function compiled by Dynamo and called while
-    the worker traces runs its Python eagerly, as it is). The compile starts once no Dynamo
-    compile runs, and holds ``COMPILE_LOCK`` (a compile of ours on another thread, and the
-    front end's Inductor fallback parts, wait for it), not Dynamo's compile lock: a frame that
-    Dynamo compiles meanwhile does not wait for the worker.
+    compile over), once no program of ours compiles in the foreground: Dynamo's refusal to run
+    a compiled function during an FX trace is turned off for every thread that has not set it
+    itself until the compile ends, and Dynamo's compile lock is taken, so that no Dynamo
+    compile (whose backend, Inductor, traces with FX) runs beside it: every FX trace patches
+    ``torch.nn.Module.__call__`` and sets the tracing flag for the whole process, and puts back
+    what it found when it ends, so two traces on two threads whose times overlap leave them
+    patched and set. That lock is only tried while ``COMPILE_LOCK`` is held, and both are let go
+    while a Dynamo compile holds it, so neither order of taking them can deadlock.
     """
 
     def __enter__(self) -> None:
-        _dynamo_compiles.install()
-        _dynamo_compiles.wait_until_none_runs(_DYNAMO_WAIT_S)
-        COMPILE_LOCK.acquire()
+        from torch._dynamo.convert_frame import compile_lock
+
+        _foreground.wait_until_none_runs(_FOREGROUND_WAIT_S)
+        while True:
+            COMPILE_LOCK.acquire()
+            if compile_lock.acquire(blocking=False):
+                break
+            COMPILE_LOCK.release()
+            time.sleep(0.005)  # a Dynamo compile on another thread: after it
+        self._dynamo_lock = compile_lock
+        try:
+            self._refusal = _set_dynamo_refusal(False)
+        except BaseException:
+            self._release()
+            raise
 
     def __exit__(self, *exc_info) -> None:
         try:
-            _dynamo_compiles.clear_a_stuck_tracing_flag()
+            _set_dynamo_refusal(self._refusal)
         finally:
-            COMPILE_LOCK.release()
+            self._release()
+
+    def _release(self) -> None:
+        self._dynamo_lock.release()
+        COMPILE_LOCK.release()
 
 
 def _set_dynamo_refusal(value: bool) -> bool:

@@ -15,7 +15,7 @@ import torch
 
 from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, open_disk_cache
 from thunder_core.errors import CaptureError
-from thunder_core.executors.background import compiling_in_background, wants_background
+from thunder_core.executors.background import compiling_in_background, foreground_compile, wants_background
 from thunder_core.executors.decisions import decisions_kept_in
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
@@ -425,6 +425,7 @@ class ThunderFunction:
             _garbage_collection_paused(),
             compiling_in_background(background),
             compiling(_display_name(self._guard_root), progress_mode),
+            foreground_compile(),
         ):
             dims = self._dims_to_make_symbolic(key, leaves)
             failed = ""
