@@ -331,6 +331,9 @@ def test_a_dynamo_compile_waits_for_the_compile_in_the_background_not_beside_it(
     while background.COMPILE_LOCK._owner != background._worker.thread.ident:
         assert time.monotonic() < deadline, "the worker never took the lock"
         time.sleep(0.001)
+    from torch._dynamo.convert_frame import compile_lock
+
+    assert not compile_lock.acquire(blocking=False)  # the worker holds Dynamo's compile lock
     order = []
 
     def g(y):
@@ -360,12 +363,31 @@ def test_the_worker_starts_no_compile_while_a_program_compiles_before_it_runs():
     with background.foreground_compile():
         program = _claimed(executor, x).python_callable()
         torch.testing.assert_close(program(x), f(x))  # its region is handed to the worker
-        time.sleep(0.5)
+        assert not thunder_core.wait_for_compiles(timeout=2)  # a compile of a few ms: not started
         assert executor.compiled_on == []
     assert thunder_core.wait_for_compiles(timeout=60)
     assert executor.compiled_on == ["thunder-core-compile"]
     torch.testing.assert_close(program(x), f(x))
     assert executor.calls == 1
+
+
+def test_a_jitted_function_compiles_its_program_in_the_foreground_and_its_regions_on_the_worker(monkeypatch):
+    entered = []
+    running = background._foreground.running
+
+    def recording():
+        entered.append(threading.current_thread().name)
+        return running()
+
+    monkeypatch.setattr(background._foreground, "running", recording)
+    jfn = thunder_core.jit(
+        f, compile_in_background="always", executors=["inductor", "torch"], select="priority"
+    )
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(jfn(x), f(x))
+    assert entered == [threading.current_thread().name]
+    assert thunder_core.wait_for_compiles(timeout=300)
+    torch.testing.assert_close(jfn(x), f(x))
 
 
 def test_the_torch_compile_front_end_compiles_in_the_background_when_asked():

@@ -112,8 +112,9 @@ def jit(
     signature), the new program runs at once, its fusion regions as plain torch operations
     while their executor (Inductor) compiles them on a worker thread, and each region switches
     to its compiled code when that is ready; ``"always"`` does the same for the first program
-    (the fastest first result). ``thunder_core.wait_for_compiles()`` waits for the worker. Not
-    for processes that also run ``torch.compile``d code (docs/plugins.md says why).
+    (the fastest first result). ``thunder_core.wait_for_compiles()`` waits for the worker. While
+    the worker compiles, a ``torch.compile``d function in the same process runs eagerly when it
+    is called during an FX trace and compiles after the region (docs/plugins.md says why).
 
     The first call with a new input signature (shapes, dtypes, devices, requires_grad,
     grad mode, Python values) captures and compiles a trace; later calls with the same

@@ -231,12 +231,15 @@ _FOREGROUND_WAIT_S = 60.0
 
 
 def foreground_compile():
-    """A block in which a caller waits for its program to compile: the worker starts no compile."""
+    """A block in which a caller waits for its program to compile: the worker starts no compile
+    meanwhile (it waits up to ``_FOREGROUND_WAIT_S`` per compile; one it started just before
+    goes on)."""
     return _foreground.running()
 
 
 class _BesideDynamo:
-    """What a compile on the worker holds so that Dynamo, on other threads, runs beside it.
+    """What a compile on the worker holds, so that Dynamo-compiled functions run beside it and
+    Dynamo compiles wait for it.
 
     Entered once per compile, on the worker (Dynamo was imported on the thread that handed the
     compile over), once no program of ours compiles in the foreground: Dynamo's refusal to run
