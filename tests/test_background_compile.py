@@ -413,3 +413,38 @@ def test_the_torch_compile_front_end_compiles_in_the_background_when_asked():
     torch.testing.assert_close(opt(x, w), fn(x, w))
     torch.testing.assert_close(opt(x, w), fn(x, w))
     assert all(r._compiled is r.compiled for r in regions)  # the compiled regions ran
+
+
+def test_through_the_front_end_a_frame_dynamo_compiles_again_is_a_recompile():
+    """``"recompiles"``: Dynamo hands a frame it compiles again (here, new fixed sizes) over as a
+    new graph, a new part; that part's first program compiles in the background."""
+    import torch._dynamo
+
+    from thunder_core.inspection import compile_report
+
+    torch._dynamo.reset()
+
+    def fn(x):
+        return torch.sin(x * 2) + x.exp()
+
+    options = {
+        "compile_in_background": "recompiles",
+        "executors": ["inductor", "torch"],
+        "select": "priority",
+    }
+    opt = torch.compile(fn, backend="thunder_core", dynamic=False, options=options)
+    a, b = torch.randn(6, 4), torch.randn(3, 5)
+    torch.testing.assert_close(opt(a), fn(a))
+    torch.testing.assert_close(opt(b), fn(b))
+    parts = [part for _, _, part in compile_report(opt).thunder_parts()]
+    assert len(parts) == 2
+    first, second = (
+        [_region_impl(x) for x in thunder_core.last_traces(p)[-1].bound_symbols if x.executor == "inductor"]
+        for p in parts
+    )
+    assert first and not any(isinstance(r, BackgroundCompile) for r in first)  # compiled before it ran
+    assert second and all(isinstance(r, BackgroundCompile) for r in second)
+    assert thunder_core.wait_for_compiles(timeout=300)
+    torch.testing.assert_close(opt(b), fn(b))
+    assert all(r.state == "compiled" for r in second)
+    torch._dynamo.reset()

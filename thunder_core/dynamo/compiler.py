@@ -490,6 +490,9 @@ class ThunderCompiler:
         code, ended_by, graph_break, location = _dynamo_context()
         assignment, partitions = partition(gm)
         with report.lock:
+            # Dynamo compiling the same stretch of a frame again (new sizes, a failed guard): its
+            # parts' first programs are recompiles (compile_in_background="recompiles").
+            again = any((g.code, g.location) == (code, location) for g in report.graphs)
             record = GraphRecord(len(report.graphs), code, ended_by, graph_break, location, partitions)
             report.graphs.append(record)
         if any(isinstance(x, torch.SymInt) or _symbolic(x) for x in example_inputs):
@@ -498,7 +501,7 @@ class ThunderCompiler:
                 "tensors and makes the dimensions that change symbolic (one more compile, then every size)"
             )
         if len(partitions) == 1 and partitions[0].owner == "thunder_core":
-            runner = self._thunder_part(gm, record, partitions[0].name)
+            runner = self._thunder_part(gm, record, partitions[0].name, again)
             record.compiled[partitions[0].name] = runner.part
             return runner
         split = torch.fx.passes.split_module.split_module(
@@ -509,7 +512,7 @@ class ThunderCompiler:
             name = f"submod_{index}"
             submodule = getattr(split, name)
             if part.owner == "thunder_core":
-                runner = self._thunder_part(submodule, record, name)
+                runner = self._thunder_part(submodule, record, name, again)
                 compiled = runner.part
             else:
                 compiled = runner = _Fallback(submodule, self.fallback, record, name, metadata_changes)
@@ -517,17 +520,23 @@ class ThunderCompiler:
             setattr(split, name, _AsModule(runner))
         return split
 
-    def _thunder_part(self, gm: fx.GraphModule, record: GraphRecord, name: str) -> _ThunderPart:
+    def _thunder_part(self, gm: fx.GraphModule, record: GraphRecord, name: str, again: bool) -> _ThunderPart:
         sized, readings = _sizes_read_from_tensors(gm)
         # Taken as ints when a size read from a tensor disagrees with Dynamo's: its example values
         # are not to be trusted there, nor the symbolic dims read from them.
-        unsized = lambda: self._module(gm, dynamic=None)  # noqa: E731
-        return _ThunderPart(self._module(sized, _symbolic_dims(sized)), gm, record, name, readings, unsized)
+        unsized = lambda: self._module(gm, None, again)  # noqa: E731
+        part = self._module(sized, _symbolic_dims(sized), again)
+        return _ThunderPart(part, gm, record, name, readings, unsized)
 
-    def _module(self, gm: fx.GraphModule, dynamic: ArgumentDims | None) -> ThunderModule:
+    def _module(self, gm: fx.GraphModule, dynamic: ArgumentDims | None, again: bool) -> ThunderModule:
         # Dynamo guards the Python state; the FX graph itself holds none, so no guards of our own.
         return ThunderModule(
-            gm, recompile_limit=self.recompile_limit, job=self.job, cache="same input", dynamic=dynamic
+            gm,
+            recompile_limit=self.recompile_limit,
+            job=self.job,
+            cache="same input",
+            dynamic=dynamic,
+            recompiles=again,
         )
 
 

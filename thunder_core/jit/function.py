@@ -116,6 +116,7 @@ class ThunderFunction:
         capture_blocks_once: bool = False,
         arguments: dict | None = None,
         remake=None,
+        recompiles: bool = False,
     ):
         check_dynamic(dynamic)
         if cache not in CACHE_MODES:
@@ -133,6 +134,9 @@ class ThunderFunction:
             "capture_blocks_once": capture_blocks_once,
         }
         self._dynamic = dynamic
+        # The first program counts as a recompile (compile_in_background="recompiles"): the
+        # torch.compile front end's part for a frame Dynamo compiled again.
+        self._first_is_recompile = recompiles
         self._fixed_dims: set[tuple[int, int]] = set()  # (tensor index, dim) the program specialized
         self._arguments = arguments  # thunder_core.jit's arguments, for pickling
         self._remake = remake  # fn -> a new ThunderFunction of it (a module's bound method: jit_method)
@@ -419,7 +423,7 @@ class ThunderFunction:
     def _compile(self, args, kwargs, key, leaves) -> Compiled:
         config = self._job.config if self._job is not None else None
         mode = config.compile_in_background if config is not None else "never"
-        background = wants_background(mode, bool(self._entries))
+        background = wants_background(mode, bool(self._entries) or self._first_is_recompile)
         progress_mode = config.progress if config is not None else "auto"
         with (
             _garbage_collection_paused(),
