@@ -333,7 +333,10 @@ def test_a_dynamo_compile_waits_for_the_compile_in_the_background_not_beside_it(
         time.sleep(0.001)
     from torch._dynamo.convert_frame import compile_lock
 
-    assert not compile_lock.acquire(blocking=False)  # the worker holds Dynamo's compile lock
+    taken = compile_lock.acquire(blocking=False)
+    if taken:
+        compile_lock.release()
+    assert not taken  # the worker holds Dynamo's compile lock
     order = []
 
     def g(y):
@@ -386,8 +389,13 @@ def test_a_jitted_function_compiles_its_program_in_the_foreground_and_its_region
     x = torch.randn(4, 3)
     torch.testing.assert_close(jfn(x), f(x))
     assert entered == [threading.current_thread().name]
+    regions = [
+        _region_impl(b) for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"
+    ]
+    assert regions and all(isinstance(r, BackgroundCompile) for r in regions)
     assert thunder_core.wait_for_compiles(timeout=300)
     torch.testing.assert_close(jfn(x), f(x))
+    assert all(r._compiled is r.compiled for r in regions)  # the compiled regions ran
 
 
 def test_the_torch_compile_front_end_compiles_in_the_background_when_asked():
