@@ -130,6 +130,56 @@ def test_the_argument_object_returned_is_the_callers_own():
         torch.testing.assert_close(state.hidden, expected)
 
 
+class Pair:
+    """A plain object a function creates (not a dataclass, not a pytree node)."""
+
+    def __init__(self, first, second):
+        self.first, self.second, self.label = first, second, "pair"
+
+
+def test_an_object_the_function_creates_is_made_again_on_every_call():
+    def fn(x):
+        pair = Pair(x.sin(), [x * 2, x + 1])
+        return {"pair": pair, "total": pair.first.sum()}
+
+    jfn = thunder_core.jit(fn)
+    results = []
+    for _ in range(2):
+        x = torch.randn(3)
+        got, want = jfn(x), fn(x)
+        assert type(got["pair"]) is Pair and got["pair"].label == "pair"
+        torch.testing.assert_close(got["pair"].first, want["pair"].first)
+        torch.testing.assert_close(got["pair"].second, want["pair"].second)
+        torch.testing.assert_close(got["total"], want["total"])
+        results.append(got["pair"])
+    assert results[0] is not results[1] and results[0].second is not results[1].second
+    assert thunder_core.cache_info(jfn).entries == 1
+
+
+def test_a_hugging_face_forward_returns_its_new_cache_and_takes_it_back():
+    """A Hugging Face causal LM called without a cache (``use_cache`` on, the default) returns a new
+    ``DynamicCache``; passing it back in runs the next step on it, as in eager."""
+    model = hf_llama()
+    model.config.use_cache = True
+    model.eval()
+    jitted = thunder_core.jit(model)
+    prompt, token = token_batch(1, 7), token_batch(1, 1, seed=1)
+    with torch.no_grad():
+        want = model(prompt)
+        got = jitted(prompt)
+        assert type(got.past_key_values) is type(want.past_key_values)
+        torch.testing.assert_close(got.logits, want.logits)
+        for mine, theirs in zip(got.past_key_values.layers, want.past_key_values.layers, strict=True):
+            torch.testing.assert_close(mine.keys, theirs.keys)
+            torch.testing.assert_close(mine.values, theirs.values)
+        assert jitted(prompt).past_key_values is not got.past_key_values  # a new one on every call
+        want_next = model(token, past_key_values=want.past_key_values)
+        got_next = jitted(token, past_key_values=got.past_key_values)
+    torch.testing.assert_close(got_next.logits, want_next.logits)
+    assert got_next.past_key_values is got.past_key_values
+    assert got.past_key_values.get_seq_length() == want.past_key_values.get_seq_length() == 8
+
+
 def test_a_change_to_a_container_that_cannot_be_replayed_is_refused():
     class Log(list):
         pass

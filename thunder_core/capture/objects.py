@@ -13,7 +13,9 @@ the function updates in place (``index_copy_`` into a ``StaticCache``) are input
 program itself.
 
 Outputs may hold argument objects (a ``ModelOutput`` whose ``past_key_values`` is the cache it
-was given): the epilogue puts the call's own object there.
+was given): the epilogue puts the call's own object there. They may also hold objects the
+function created around the tensors it computed (the new ``DynamicCache`` of a Hugging Face
+forward called without one): the epilogue makes a new one on every call, as eager does.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class Epilogue:
     outputs: int  # how many of the program's outputs are the function's own (the rest feed changes)
     treespec: object = None  # rebuilds the function's output from those outputs
     placed: list[tuple[int, int]] = field(default_factory=list)  # (output leaf, container index)
+    built: list[tuple[int, tuple]] = field(default_factory=list)  # (output leaf, spec of a new object)
     # Argument tensors stored again as they are (a list rebuilt around them): taken from the call's
     # arguments, not passed through the program (whose outputs autograd would connect to them).
     input_routes: list[tuple] = field(default_factory=list)
@@ -135,6 +138,8 @@ class Epilogue:
                 state[key] = _build(spec, extra, containers, given)
             for key in removed:
                 del state[key]
+        for leaf, spec in self.built:
+            flat[leaf] = _build(spec, extra, containers, given)
         if self.treespec is None:
             return flat[0] if flat else None
         return pytree.tree_unflatten(flat, self.treespec)
@@ -149,7 +154,7 @@ class Epilogue:
 
 def _route_text(route: tuple) -> str:
     kind, first = route[0]
-    text = first if kind == "kwarg" else f"args[{first}]"
+    text = {"kwarg": first, "output": "the function's output"}.get(kind, f"args[{first}]")
     for kind, step in route[1:]:
         text += f".{step}" if kind == "attr" else f"[{step!r}]"
     return text
@@ -241,18 +246,22 @@ class ArgumentObjects:
             if items or removed:
                 changes.append((index, tracked.kind, items, removed))
         holds_objects = _holds_tracked(out, self._index)
-        if not changes and not holds_objects:
-            return out, None, []
-        placed = []
-        treespec = None
-        if is_plain(out) and not holds_objects:
-            flat = [out]
-        else:
+        flat = treespec = None
+        if holds_objects or not is_plain(out):
             flat, treespec = pytree.tree_flatten(out, is_leaf=lambda v: id(v) in self._index)
-            for i, leaf in enumerate(flat):
-                if id(leaf) in self._index and self.tracked[self._index[id(leaf)]].container is leaf:
-                    placed.append((i, self._index[id(leaf)]))
-                    flat[i] = None
+        creates = flat is not None and any(self._is_new_object(leaf) for leaf in flat)
+        if not changes and not holds_objects and not creates:
+            return out, None, []
+        placed, built = [], []
+        if flat is None:
+            flat = [out]
+        for i, leaf in enumerate(flat):
+            if id(leaf) in self._index and self.tracked[self._index[id(leaf)]].container is leaf:
+                placed.append((i, self._index[id(leaf)]))
+                flat[i] = None
+            elif self._is_new_object(leaf):
+                built.append((i, builder.spec(leaf, (("output", i),))))
+                flat[i] = None
         used = sorted({index for index, *_ in changes} | {index for _, index in placed} | builder.containers)
         renumber = {old: new for new, old in enumerate(used)}
         epilogue = Epilogue(
@@ -264,9 +273,15 @@ class ArgumentObjects:
             outputs=len(flat),
             treespec=treespec,
             placed=[(leaf, renumber[i]) for leaf, i in placed],
+            built=[(leaf, _renumber_spec(spec, renumber)) for leaf, spec in built],
             input_routes=builder.given,
         )
         return flat, epilogue, builder.tensors
+
+    def _is_new_object(self, value) -> bool:
+        """An object of the output that the function made around tensors it computed (made again
+        after every call), not one of its arguments."""
+        return id(value) not in self._index and is_argument_object(value) and _holds_proxy(value)
 
 
 _MISSING = object()

@@ -219,7 +219,9 @@ class ThunderFunction:
                 entry = self._cache.get(key)
                 if entry is not None and (entry[0] is None or entry[0]() is None):
                     self._hits += 1
-                    self._last = entry[2]
+                    compiled = self._last = entry[2]
+                    if compiled.epilogue is not None:  # it returns objects it creates: made on every call
+                        return compiled.epilogue(entry[1](*args), args, kwargs)
                     self._remember_fast(key, entry, args)
                     return entry[1](*args)
                 return self._miss(key, args, args, kwargs)
