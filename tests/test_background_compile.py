@@ -357,6 +357,38 @@ def test_a_dynamo_compile_waits_for_the_compile_in_the_background_not_beside_it(
     assert executor.compiled_on == ["thunder-core-compile"]
 
 
+def test_a_dynamo_compile_waiting_for_the_worker_goes_before_the_workers_next_compile():
+    """Locks are not handed over in order: the worker pauses after each compile, so a Dynamo
+    compile that waited for the worker's first region is not kept waiting for every region."""
+    first, second = GatedRegions("first"), GatedRegions("second")
+    second.gate.set()
+    x = torch.randn(4, 3)
+    for executor in (first, second):
+        program = _claimed(executor, x).python_callable()
+        torch.testing.assert_close(program(x), f(x))  # both regions are handed to the worker
+    deadline = time.monotonic() + 60
+    while first.compiled_on == [] and background.COMPILE_LOCK._owner != background._worker.thread.ident:
+        assert time.monotonic() < deadline, "the worker never took the lock"
+        time.sleep(0.001)
+    seen = []
+
+    def g(y):
+        seen.append(list(second.compiled_on))  # what the worker had compiled when Dynamo traced g
+        return torch.cos(y) * 3
+
+    y = torch.randn(5)
+    results = []
+    caller = threading.Thread(target=lambda: results.append(torch.compile(g, backend="eager")(y)))
+    caller.start()
+    time.sleep(0.5)
+    first.gate.set()
+    caller.join(timeout=60)
+    assert thunder_core.wait_for_compiles(timeout=60)
+    assert seen == [[]]  # Dynamo traced g before the worker's second compile
+    assert second.compiled_on == ["thunder-core-compile"]
+    torch.testing.assert_close(results[0], g(y))
+
+
 def test_the_worker_starts_no_compile_while_a_program_compiles_before_it_runs():
     """A program compiling for a caller that waits (capture, transforms: Python) would share the
     interpreter's lock with a compile on the worker: the worker's next compile waits for it."""
@@ -368,6 +400,8 @@ def test_the_worker_starts_no_compile_while_a_program_compiles_before_it_runs():
         torch.testing.assert_close(program(x), f(x))  # its region is handed to the worker
         assert not thunder_core.wait_for_compiles(timeout=2)  # a compile of a few ms: not started
         assert executor.compiled_on == []
+    assert not thunder_core.wait_for_compiles(timeout=background._QUIET_S / 2)  # nor right after it
+    assert executor.compiled_on == []
     assert thunder_core.wait_for_compiles(timeout=60)
     assert executor.compiled_on == ["thunder-core-compile"]
     torch.testing.assert_close(program(x), f(x))

@@ -198,14 +198,19 @@ def compiles_pending() -> bool:
 
 
 class _ForegroundCompiles:
-    """Whether a program of ours is compiling for a caller that waits (``foreground_compile``).
+    """Whether a program is compiling for a caller that waits: one of ours (``foreground_compile``)
+    or a Dynamo compile, now or within the last ``_QUIET_S``.
 
-    The worker starts no compile while one does: both are mostly Python, and a compile beside it
-    would take half its time (one interpreter lock).
+    The worker starts no compile meanwhile: both are mostly Python, and a compile beside it would
+    take half its time (one interpreter lock). The quiet time after one ends keeps the worker out
+    of the short gaps between the compiles of one call (Dynamo compiles a frame, then its graph's
+    first call compiles our program; a generate's prefill runs, then its first decoding step
+    compiles).
     """
 
     def __init__(self):
         self._running = 0
+        self._last_end = float("-inf")
         self._condition = threading.Condition()
 
     @contextmanager
@@ -215,19 +220,38 @@ class _ForegroundCompiles:
         try:
             yield
         finally:
-            with self._condition:
-                self._running -= 1
-                self._condition.notify_all()
+            self.note_activity(ending=True)
 
-    def wait_until_none_runs(self, timeout: float) -> None:
+    def note_activity(self, ending: bool = False) -> None:
+        """A foreground compile ran until now (``ending``: one of ours that just ended)."""
         with self._condition:
-            self._condition.wait_for(lambda: self._running == 0, timeout)
+            if ending:
+                self._running -= 1
+            self._last_end = time.monotonic()
+            self._condition.notify_all()
+
+    def quiet(self) -> bool:
+        return self._running == 0 and time.monotonic() - self._last_end >= _QUIET_S
+
+    def wait_until_quiet(self, deadline: float) -> None:
+        with self._condition:
+            while not self.quiet():
+                now = time.monotonic()
+                if now >= deadline:
+                    return
+                pause = 0.05 if self._running else _QUIET_S - (now - self._last_end)
+                self._condition.wait(min(max(pause, 0.005), deadline - now))
 
 
 _foreground = _ForegroundCompiles()
 
 #: The longest the worker waits for foreground compiles to finish before starting its next one.
 _FOREGROUND_WAIT_S = 60.0
+#: How long after a foreground compile the worker still waits before starting one.
+_QUIET_S = 0.25
+#: How long the worker pauses after each compile, so that a thread waiting for a lock it let go
+#: gets it (locks are not handed over in order: the worker would take them again at once).
+_HANDOVER_S = 0.01
 
 
 def foreground_compile():
@@ -255,13 +279,18 @@ class _BesideDynamo:
     def __enter__(self) -> None:
         from torch._dynamo.convert_frame import compile_lock
 
-        _foreground.wait_until_none_runs(_FOREGROUND_WAIT_S)
+        deadline = time.monotonic() + _FOREGROUND_WAIT_S
         while True:
+            _foreground.wait_until_quiet(deadline)
             COMPILE_LOCK.acquire()
             if compile_lock.acquire(blocking=False):
-                break
+                if _foreground.quiet() or time.monotonic() >= deadline:
+                    break
+                compile_lock.release()  # a foreground compile began meanwhile: after it
+            else:
+                _foreground.note_activity()  # a Dynamo compile on another thread: after it, and quiet
             COMPILE_LOCK.release()
-            time.sleep(0.005)  # a Dynamo compile on another thread: after it
+            time.sleep(0.005)
         self._dynamo_lock = compile_lock
         try:
             self._refusal = _set_dynamo_refusal(False)
@@ -274,6 +303,7 @@ class _BesideDynamo:
             _set_dynamo_refusal(self._refusal)
         finally:
             self._release()
+            time.sleep(_HANDOVER_S)
 
     def _release(self) -> None:
         self._dynamo_lock.release()
