@@ -179,12 +179,24 @@ def test_gradients_flow_through_the_compiled_function():
 
 
 def test_returning_an_opaque_object_is_a_clear_error():
-    class Box:
+    class Slotted:  # its state is not in vars(): thunder_core cannot make it again
+        __slots__ = ("t",)
+
         def __init__(self, t):
             self.t = t
 
     with pytest.raises(TypeError, match="cannot look inside"):
-        thunder_core.jit(lambda x: Box(x))(torch.randn(2))
+        thunder_core.jit(lambda x: Slotted(x))(torch.randn(2))
+
+
+def test_a_returned_plain_object_holds_the_callers_tensor():
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+    x = torch.randn(2)
+    box = thunder_core.jit(lambda x: Box(x))(x)
+    assert type(box) is Box and box.t is x
 
 
 def test_repeated_calls_with_the_same_metadata_reuse_meta_results_but_respect_grad_mode_and_aliasing():

@@ -173,3 +173,28 @@ def test_training_on_a_slice_of_a_longer_buffer_compiles_once_more_and_gives_eag
     assert "= labels.stride(0)" in forward_source, forward_source
     backward_source = str(thunder_core.last_backward_traces(jloss)[-1])
     assert ".shape[0] // 2" in backward_source, backward_source
+
+
+def test_a_symbolic_capture_runs_each_distinct_operation_on_fake_tensors_once(monkeypatch):
+    """Operations repeated on the same symbolic sizes (a transformer's layers) take their output
+    metadata from the capture's memo: fake tensors with symbolic sizes cost sympy arithmetic."""
+    from thunder_core.capture import meta
+
+    runs = []
+    real = meta._fake_outputs
+    monkeypatch.setattr(meta, "_fake_outputs", lambda *a, **k: runs.append(a[1]) or real(*a, **k))
+
+    def repeated(x, times):
+        out = x
+        for _ in range(times):
+            out = out + (x.sin() * 2).softmax(-1)
+        return out
+
+    counts = []
+    for times in (1, 6):
+        runs.clear()
+        fn = thunder_core.jit(lambda x, times=times: repeated(x, times), dynamic=True, executors=["torch"])
+        x = torch.randn(5, 8)
+        torch.testing.assert_close(fn(x), repeated(x, times))
+        counts.append(len(runs))
+    assert counts[0] == counts[1], counts

@@ -5,7 +5,9 @@ tensors (constants) are moved to meta; an explicit ``device=`` becomes ``"meta"`
 outputs are turned back into proxies on the device the real call would produce.
 
 Results are memoized on the call's metadata (a transformer repeats the same ops on the same
-shapes in every layer), so each distinct call runs on meta once per process.
+shapes in every layer), so each distinct call runs on meta once per process. With symbolic
+sizes, on fake tensors, the memo is the capture's own (its sizes are its ``ShapeEnv``'s
+expressions), and outputs with sizes no input determines (``nonzero``) are not memoized.
 """
 
 from __future__ import annotations
@@ -85,15 +87,26 @@ _MEMO_LIMIT = 50_000
 _memo: dict[tuple, object] = {}
 
 
-def _memo_key(fn, args, kwargs) -> tuple:
-    """The call's identity up to proxy names; _NotMemoizable for constants or unhashable values."""
+def _size_key(size):
+    """A size as a key: an int, or a symbolic size's expression in its ``ShapeEnv``."""
+    return size if type(size) is int else (type(size), size.node.expr)
+
+
+def _memo_key(fn, args, kwargs, *, symbolic: bool = False) -> tuple:
+    """The call's identity up to proxy names; _NotMemoizable for constants or unhashable values.
+    ``symbolic``: sizes may be symbolic (keyed by their expressions)."""
     positions: dict[int, int] = {}  # which arguments are the same proxy is part of the key
     parts: list = []
 
     def walk(x) -> None:
         if isinstance(x, TensorProxy):
             index = positions.setdefault(id(x), len(positions))
-            parts.append((index, x.shape, x.stride(), x.dtype, x.device, x.requires_grad))
+            shape, stride = x.shape, x.stride()
+            if symbolic:
+                shape, stride = tuple(map(_size_key, shape)), tuple(map(_size_key, stride))
+            parts.append((index, shape, stride, x.dtype, x.device, x.requires_grad))
+        elif symbolic and isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            parts.append(_size_key(x))
         elif isinstance(x, (tuple, list)):
             parts.append((type(x), len(x)))
             for y in x:
@@ -135,10 +148,16 @@ def _kept_answer(memo_key: tuple):
 
 
 def _spec(out):
-    """``out`` with tensors as specs; _NotMemoizable if it holds anything else mutable."""
+    """``out`` with tensors as specs; _NotMemoizable if it holds anything else mutable, or a size
+    no input determines (a new unbacked symbol on every call)."""
 
     def one(y):
         if isinstance(y, torch.Tensor):
+            if any(type(s) is not int and s.node.expr.free_symbols for s in (*y.shape, *y.stride())):
+                from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+                if free_unbacked_symbols(y):
+                    raise _NotMemoizable
             return TensorSpec.of(y)
         if isinstance(y, _IMMUTABLE) or isinstance(y, torch.Size):
             return y
@@ -157,11 +176,12 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
     device = _target_device(args, kwargs)
     key = None
     sizes = symbolic.sizes_of(leaves((args, kwargs)))
-    if not inplace and sizes is None:  # symbolic sizes: not hashable, never memoized
+    memo = _memo if sizes is None else sizes.memo
+    if not inplace:
         try:
-            key = _memo_key(fn, args, kwargs)
-            spec = _memo.get(key)
-            if spec is None:
+            key = _memo_key(fn, args, kwargs, symbolic=sizes is not None)
+            spec = memo.get(key)
+            if spec is None and sizes is None:
                 spec = _kept_answer(key)
                 if spec is not None:
                     _memo[key] = spec
@@ -178,7 +198,7 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
                     spec,
                 )
     if sizes is not None:
-        out, by_meta = _fake_outputs(sizes, fn, args, kwargs)
+        out, by_meta = _fake_outputs(sizes, fn, args, kwargs, reuse=not inplace)
     else:
         out, by_meta = _meta_outputs(fn, args, kwargs)
     if key is not None:
@@ -187,11 +207,12 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
         except _NotMemoizable:
             pass
         else:
-            if len(_memo) >= _MEMO_LIMIT:
-                _memo.clear()
-            _memo[key] = spec
-            with contextlib.suppress(NotKept):
-                kept_answers.remember(_question(key), spec)
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = spec
+            if sizes is None:
+                with contextlib.suppress(NotKept):
+                    kept_answers.remember(_question(key), spec)
 
     def to_proxy(y):
         if not isinstance(y, torch.Tensor):
@@ -203,7 +224,10 @@ def run_on_meta(fn, args: tuple, kwargs: dict, new_proxy, *, inplace: bool):
             if y.requires_grad and not proxy.requires_grad:
                 proxy.requires_grad_(True)
             return proxy
-        return new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride())
+        proxy = new_proxy(y.shape, y.dtype, device, y.requires_grad, y.stride())
+        if sizes is not None and not inplace and y.device == proxy.device:
+            sizes.remember(proxy, y)
+        return proxy
 
     return tree_map(to_proxy, out)
 
@@ -223,7 +247,7 @@ class _StandIns:
         if found is not None:
             return found[0]
         stand_in = self._make(proxy)
-        if proxy.requires_grad:
+        if proxy.requires_grad and stand_in.grad_fn is None:  # not an operation's output that requires it
             with self._mode():
                 stand_in = stand_in.requires_grad_().clone()
         self._made[id(proxy)] = (stand_in, proxy, (tuple(stand_in.shape), tuple(stand_in.stride())))
@@ -235,10 +259,11 @@ class _StandIns:
         return {id(stand_in): (proxy, made) for stand_in, proxy, made in self._made.values()}
 
 
-def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict):
+def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict, *, reuse: bool):
     """``fn``'s outputs on fake tensors of a symbolic capture (sizes stay symbolic), and the input
-    proxy behind each fake (by id)."""
-    fakes = _StandIns(sizes.fake, lambda: sizes.fake_mode)
+    proxy behind each fake (by id). With ``reuse``, an input made by an earlier operation of the
+    capture is that operation's fake output (an in-place operation gets new ones: it changes them)."""
+    fakes = _StandIns(sizes.stand_in if reuse else sizes.fake, lambda: sizes.fake_mode)
 
     def to_fake(x):
         if isinstance(x, TensorProxy):

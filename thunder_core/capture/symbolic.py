@@ -52,6 +52,8 @@ class SymbolicSizes:
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=False)
         self.fakes: dict[int, torch.Tensor] = {}  # input position -> its fake tensor
         self.names: dict[int, str] = {}  # input position -> its name in the trace
+        self._outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(proxy) -> (proxy, fake)
+        self.memo: dict[tuple, object] = {}  # operations' output metadata (capture.meta), by call
         self.shape_env.thunder_core_sizes = self
 
     def metadata(self, tensor: torch.Tensor, position: int, name: str):
@@ -85,6 +87,21 @@ class SymbolicSizes:
                 return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
         return x
 
+    def remember(self, proxy: torch.Tensor, fake: torch.Tensor) -> None:
+        """Keep ``fake``, the operation output ``proxy`` was made from, as its stand-in for the
+        operations that take it, until the capture ends (a new fake with symbolic sizes costs
+        PyTorch's symbolic arithmetic on every size and stride)."""
+        if _active.get() is self:
+            self._outputs[id(proxy)] = (proxy, fake)
+
+    def stand_in(self, proxy: torch.Tensor) -> torch.Tensor:
+        """A fake tensor for running an operation on ``proxy``: the output it was made from, while
+        capturing, when that still fits it; else a new one (``fake``)."""
+        found = self._outputs.get(id(proxy))
+        if found is not None and found[0] is proxy and found[1].requires_grad == proxy.requires_grad:
+            return found[1]
+        return self.fake(proxy)
+
     def is_symbolic(self) -> bool:
         """Whether any chosen dimension is still symbolic (not specialized by the program)."""
         return any(
@@ -115,10 +132,19 @@ def symbolic_examples(proxies) -> list[torch.Tensor] | None:
 @contextmanager
 def capturing_symbolically(sizes: SymbolicSizes | None):
     token = _active.set(sizes)
+    # FakeTensorMode's dispatch cache costs more than it saves here: building an entry for
+    # symbolic sizes is symbolic arithmetic on all of them, and the capture's own memo
+    # (capture.meta) already answers the operations it repeats. Left as it was after capture.
+    cache_was = sizes is not None and sizes.fake_mode.cache_enabled
+    if sizes is not None:
+        sizes.fake_mode.cache_enabled = False
     try:
         yield
     finally:
         _active.reset(token)
+        if sizes is not None:
+            sizes._outputs.clear()
+            sizes.fake_mode.cache_enabled = cache_was
 
 
 def guard_globals() -> dict:
