@@ -496,3 +496,50 @@ def test_inductor_is_imported_when_its_first_region_compiles_not_when_the_plugin
     done = subprocess.run([sys.executable, "-c", _LAZY_IMPORT], capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"same": True, "before": [], "after": True, "ran": ["inductor"]}
+
+
+_PROBE_TWICE = """
+import json, sys
+from torch._inductor import cpu_vec_isa
+from thunder_executor_inductor import _backend
+
+real = cpu_vec_isa.VecISA._probe_load
+children = []
+
+def counting(self, path):
+    children.append(str(self))
+    return real(self, path)
+
+cpu_vec_isa.VecISA._probe_load = counting
+_backend._probe_vector_isas()
+print(json.dumps({"children": children, "valid": [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]}))
+"""
+
+
+def test_a_vector_isa_library_that_loaded_is_not_probed_again_in_the_next_process(tmp_path):
+    """Inductor checks in a child Python per ISA that its test library loads, in every process;
+    a load that succeeded on this machine is remembered beside Inductor's cache."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", _PROBE_TWICE],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=300,
+            ).stdout.splitlines()[-1]
+        )
+        for _ in range(2)
+    ]
+    if not runs[0]["valid"]:
+        pytest.skip("no vector ISA loads on this CPU: nothing to remember")
+    assert runs[0]["children"], runs  # the first process probed
+    assert runs[1]["children"] == [], runs  # the second remembered every load that succeeded
+    assert runs[1]["valid"] == runs[0]["valid"]  # and Inductor chose the same ISAs

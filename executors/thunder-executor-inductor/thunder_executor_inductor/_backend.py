@@ -6,6 +6,11 @@ programs never reach a region (a single op, or only the torch executor's work) d
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -54,11 +59,71 @@ def _probe_vector_isas() -> None:
         candidates = [
             isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())
         ]
-        with ThreadPoolExecutor(max(1, len(candidates))) as pool:
-            list(pool.map(bool, candidates))
+        probe = getattr(cpu_vec_isa.VecISA, "_probe_load", None)
+        if probe is not None:
+            cpu_vec_isa.VecISA._probe_load = _LoadsRemembered(probe, flags)
+        try:
+            with ThreadPoolExecutor(max(1, len(candidates))) as pool:
+                list(pool.map(bool, candidates))
+        finally:
+            if probe is not None:
+                cpu_vec_isa.VecISA._probe_load = probe
         cpu_vec_isa.valid_vec_isa_list()
     except Exception:  # noqa: BLE001 - internal APIs that may change; the compile reports real problems
         pass
+
+
+class _LoadsRemembered:
+    """Inductor's probe that its test library for an ISA loads (a child Python per ISA, about half
+    a second each process), remembered on disk beside Inductor's cache: a library that loaded on
+    this machine (its name, CPU flags, and the library's path, size and time) loads again. Only
+    successes are kept; a failure is probed again next time."""
+
+    def __init__(self, probe, flags):
+        self._probe = probe
+        self._machine = [platform.node(), platform.machine(), sorted(flags)]
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        self._file = os.path.join(cache_dir(), "thunder_core", "vec_isa_loads.json")
+        self._lock = threading.Lock()
+
+    def __get__(self, isa, owner=None):
+        return lambda output_path: self(isa, output_path)
+
+    def __call__(self, isa, output_path: str) -> bool:
+        try:
+            stat = os.stat(output_path)
+            key = hashlib.sha256(
+                json.dumps([*self._machine, output_path, stat.st_size, stat.st_mtime_ns]).encode()
+            ).hexdigest()
+        except OSError:
+            return self._probe(isa, output_path)
+        if key in self._read():
+            return True
+        loads = self._probe(isa, output_path)
+        if loads:
+            self._add(key)
+        return loads
+
+    def _read(self) -> list:
+        try:
+            with open(self._file) as f:
+                known = json.load(f)
+            return known if isinstance(known, list) else []
+        except (OSError, ValueError):
+            return []
+
+    def _add(self, key: str) -> None:
+        with self._lock:
+            try:
+                os.makedirs(os.path.dirname(self._file), exist_ok=True)
+                known = [*self._read(), key][-64:]
+                fd, temporary = tempfile.mkstemp(dir=os.path.dirname(self._file), prefix=".tmp-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(known, f)
+                os.replace(temporary, self._file)  # whole or not at all, for other processes too
+            except OSError:
+                pass
 
 
 def compile_region(region, name: str, options: dict):
