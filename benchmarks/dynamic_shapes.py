@@ -16,13 +16,19 @@ shape really compiles; backends are interleaved over ``--rounds`` rounds. Printe
   first call of a region compiled in the background times it against its torch operations),
   tokens per second in the steady state (the median of 3 more generates of the same prompt), a
   generate of a prompt of a new length, and the compiles made.
-  Tokens are compared with eager's.
+  Tokens are compared with eager's;
+- steady: the same generate's steady state with every backend in one process (a copy of the model
+  each, compiled and settled first, background compiles waited for), one generate per backend in
+  turn, the order reversed every round, so that the machine's swings fall on every backend
+  alike: the median, best and worst tokens per second over ``--rounds`` x 4 turns, and the
+  ratios to eager and torch.compile.
 
 Every result is compared with eager's in the same process (logits, and the gradients of the
 first step), and a mismatch is printed.
 
     python benchmarks/dynamic_shapes.py --rounds 3
     python benchmarks/dynamic_shapes.py --parts generate --rounds 2 --backends "eager,torch.compile,thunder_core,thunder_core/dynamic=true,torch.compile(backend=thunder_core),torch.compile(backend=thunder_core)/dynamic=true"
+    python benchmarks/dynamic_shapes.py --parts steady --rounds 3 --backends "eager,torch.compile,thunder_core/dynamic=true,torch.compile(backend=thunder_core)/dynamic=true"
 """
 
 from __future__ import annotations
@@ -167,6 +173,54 @@ def generate(backend: str, cache: str = "dynamic") -> dict:
             "compiles": _compiles(backend, model.forward), "mismatches": mismatches}  # fmt: skip
 
 
+def steady(backends: list[str], rounds: int, cache: str) -> None:
+    """Tokens per second of every backend in one process, generates taken in turn (see the top)."""
+    import copy
+
+    import torch
+    from backends import wrap_forward
+    from measure import finish_background_compiles
+
+    torch.manual_seed(0)
+    base = _llama()
+    prompt = torch.randint(0, 2048, (1, GENERATE_PROMPTS[0]), generator=torch.Generator().manual_seed(1))
+    kwargs = {"cache_implementation": "static"} if cache == "static" else {}
+
+    def run(model):
+        with torch.no_grad():
+            return model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                  pad_token_id=0, **kwargs)  # fmt: skip
+
+    expected = run(base)
+    models, wrong = {}, {}
+    for backend in backends:
+        model = copy.deepcopy(base)
+        wrap_forward(model, backend)
+        run(model)
+        finish_background_compiles()
+        wrong[backend] = sum(not torch.equal(run(model), expected) for _ in range(2))
+        models[backend] = model
+    rates: dict[str, list[float]] = {b: [] for b in backends}
+    for turn in range(rounds * 4):
+        for backend in backends if turn % 2 == 0 else backends[::-1]:
+            start = time.perf_counter()
+            wrong[backend] += not torch.equal(run(models[backend]), expected)
+            rates[backend].append(NEW_TOKENS / (time.perf_counter() - start))
+    medians = {b: statistics.median(r) for b, r in rates.items()}
+    print(f"steady state: HF Llama, 4 layers, width 256, {cache} cache, a prompt of {GENERATE_PROMPTS[0]} tokens, "
+          f"{NEW_TOKENS} new tokens, all backends in one process, {rounds * 4} generates each in turn")  # fmt: skip
+    print(f"  {'backend':55s} {'tokens/s median (best-worst)':>30s} {'x eager':>9s} {'x torch.compile':>16s}")
+    for backend in backends:
+        line = f"  {backend:55s} {medians[backend]:>9.1f} ({max(rates[backend]):.1f}-{min(rates[backend]):.1f})".ljust(
+            88
+        )
+        for reference in ("eager", "torch.compile"):
+            line += (
+                f" {medians[backend] / medians[reference]:>8.2f}x" if reference in medians else f" {'-':>9s}"
+            )
+        print(line + (f"  {wrong[backend]} RESULTS DIFFER FROM EAGER" if wrong[backend] else ""))
+
+
 def measure(backend: str, part: str, cache: str) -> dict:
     if part == "generate":
         return {"backend": backend, **generate(backend, cache)}
@@ -192,6 +246,9 @@ def main() -> None:
     from measure import interleaved, run_isolated, spread
 
     for part in args.parts.split(","):
+        if part == "steady":
+            steady(args.backends.split(","), args.rounds, args.cache)
+            continue
 
         def one(backend: str, part: str = part) -> dict:
             with tempfile.TemporaryDirectory() as cache:  # empty compile caches: every shape compiles
