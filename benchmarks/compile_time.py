@@ -106,7 +106,9 @@ def main() -> None:
         "--backend", choices=BACKENDS + ADD_BACKENDS, help="measure one backend in this process (internal)"
     )
     parser.add_argument("--add", action="store_true", help="with --backend: time a + b (internal)")
-    parser.add_argument("--add-rounds", type=int, default=5, help="fresh processes per backend for a + b")
+    parser.add_argument(
+        "--add-rounds", type=int, default=5, help="fresh processes per backend for a + b (0: skip)"
+    )
     parser.add_argument("--layers", default="2,8,24", help="comma-separated depths")
     parser.add_argument("--rounds", type=int, default=1, help="repetitions of every warm measurement")
     parser.add_argument("--warm-only", action="store_true", help="skip the runs with empty compile caches")
@@ -118,34 +120,37 @@ def main() -> None:
 
     from measure import run_isolated
 
-    print(
-        f"First call of a + b on 4x4 tensors, seconds after import torch "
-        f"(median of {args.add_rounds} fresh processes per backend, backends interleaved)"
-    )
-    warm_backends = [b for b in ADD_BACKENDS if b.startswith("thunder_core")]
-    add_times: dict[str, list[float]] = {
-        b: [] for b in [*ADD_BACKENDS, *(b + suffix for b in warm_backends for suffix in SECOND_PROCESS)]
-    }
-    with tempfile.TemporaryDirectory() as kept, tempfile.TemporaryDirectory() as traces:
-        second_env = {
-            SECOND_PROCESS[0]: {"THUNDER_CORE_CACHE_DIR": kept},
-            SECOND_PROCESS[1]: {"THUNDER_CORE_CACHE_DIR": traces, "THUNDER_CORE_CACHE_TRACES": "1"},
-        }
-        for backend in warm_backends:  # a first process fills the cache (each plain run gets an empty one)
-            for env in second_env.values():
-                run_isolated(__file__, "--backend", backend, "--add", env=env)
-        for _ in range(args.add_rounds):
-            for backend in add_times:
-                suffix = next((s for s in SECOND_PROCESS if backend.endswith(s)), "")
-                base = backend.removesuffix(suffix) if suffix else backend
-                result = run_isolated(__file__, "--backend", base, "--add", env=second_env.get(suffix))
-                add_times[backend].append(result["first_call_s"])
-    for backend, times in add_times.items():
-        times.sort()
+    if args.add_rounds > 0:  # --add-rounds 0: the depth table only
         print(
-            f"  {backend:40s} {statistics.median(times):7.3f}s   (fastest {times[0]:.3f}s, slowest {times[-1]:.3f}s)"
+            f"First call of a + b on 4x4 tensors, seconds after import torch "
+            f"(median of {args.add_rounds} fresh processes per backend, backends interleaved)"
         )
-    print()
+        warm_backends = [b for b in ADD_BACKENDS if b.startswith("thunder_core")]
+        add_times: dict[str, list[float]] = {
+            b: [] for b in [*ADD_BACKENDS, *(b + suffix for b in warm_backends for suffix in SECOND_PROCESS)]
+        }
+        with tempfile.TemporaryDirectory() as kept, tempfile.TemporaryDirectory() as traces:
+            second_env = {
+                SECOND_PROCESS[0]: {"THUNDER_CORE_CACHE_DIR": kept},
+                SECOND_PROCESS[1]: {"THUNDER_CORE_CACHE_DIR": traces, "THUNDER_CORE_CACHE_TRACES": "1"},
+            }
+            for (
+                backend
+            ) in warm_backends:  # a first process fills the cache (each plain run gets an empty one)
+                for env in second_env.values():
+                    run_isolated(__file__, "--backend", backend, "--add", env=env)
+            for _ in range(args.add_rounds):
+                for backend in add_times:
+                    suffix = next((s for s in SECOND_PROCESS if backend.endswith(s)), "")
+                    base = backend.removesuffix(suffix) if suffix else backend
+                    result = run_isolated(__file__, "--backend", base, "--add", env=second_env.get(suffix))
+                    add_times[backend].append(result["first_call_s"])
+        for backend, times in add_times.items():
+            times.sort()
+            print(
+                f"  {backend:40s} {statistics.median(times):7.3f}s   (fastest {times[0]:.3f}s, slowest {times[-1]:.3f}s)"
+            )
+        print()
 
     results: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as shared:
