@@ -357,7 +357,7 @@ def test_a_dynamo_compile_waits_for_the_compile_in_the_background_not_beside_it(
     assert executor.compiled_on == ["thunder-core-compile"]
 
 
-def test_a_dynamo_compile_waiting_for_the_worker_goes_before_the_workers_next_compile():
+def test_a_dynamo_compile_waiting_for_the_worker_goes_before_the_workers_next_compile(monkeypatch):
     """Locks are not handed over in order: the worker pauses after each compile, so a Dynamo
     compile that waited for the worker's first region is not kept waiting for every region."""
     first, second = GatedRegions("first"), GatedRegions("second")
@@ -376,11 +376,34 @@ def test_a_dynamo_compile_waiting_for_the_worker_goes_before_the_workers_next_co
         seen.append(list(second.compiled_on))  # what the worker had compiled when Dynamo traced g
         return torch.cos(y) * 3
 
+    import torch._dynamo.convert_frame as convert_frame
+
+    class Watched:  # Dynamo's compile lock, telling when the caller starts waiting for it
+        def __init__(self, lock):
+            self.lock, self.waiting = lock, threading.Event()
+
+        def acquire(self, blocking=True, timeout=-1):
+            if blocking and threading.current_thread() is caller:
+                self.waiting.set()
+            return self.lock.acquire(blocking, timeout)
+
+        def release(self):
+            self.lock.release()
+
+        def __enter__(self):
+            self.acquire()
+
+        def __exit__(self, *exc_info):
+            self.release()
+
+    watched = Watched(convert_frame.compile_lock)
+    monkeypatch.setattr(convert_frame, "compile_lock", watched)
     y = torch.randn(5)
     results = []
     caller = threading.Thread(target=lambda: results.append(torch.compile(g, backend="eager")(y)))
     caller.start()
-    time.sleep(0.5)
+    assert watched.waiting.wait(timeout=60)
+    time.sleep(0.2)  # inside the lock's acquire, held by the worker
     first.gate.set()
     caller.join(timeout=60)
     assert thunder_core.wait_for_compiles(timeout=60)
