@@ -134,9 +134,8 @@ def main() -> None:
                 SECOND_PROCESS[0]: {"THUNDER_CORE_CACHE_DIR": kept},
                 SECOND_PROCESS[1]: {"THUNDER_CORE_CACHE_DIR": traces, "THUNDER_CORE_CACHE_TRACES": "1"},
             }
-            for (
-                backend
-            ) in warm_backends:  # a first process fills the cache (each plain run gets an empty one)
+            # a first process fills the cache (each plain run gets an empty one)
+            for backend in warm_backends:
                 for env in second_env.values():
                     run_isolated(__file__, "--backend", backend, "--add", env=env)
             for _ in range(args.add_rounds):

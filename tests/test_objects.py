@@ -156,6 +156,54 @@ def test_an_object_the_function_creates_is_made_again_on_every_call():
     assert thunder_core.cache_info(jfn).entries == 1
 
 
+def test_an_object_the_function_creates_and_returns_twice_is_one_object():
+    def fn(x):
+        pair = Pair(x * 2, [])
+        return pair, [pair], {"again": pair}
+
+    got = thunder_core.jit(fn)(torch.randn(3))
+    assert got[0] is got[1][0] is got[2]["again"]
+
+
+def test_a_created_object_holding_an_object_without_tensors_is_refused():
+    """The inner object may be new on every call (eager) or one that existed before: thunder_core
+    cannot tell which, so it refuses instead of sharing one object across calls."""
+
+    class Notes:
+        def __init__(self):
+            self.items = []
+
+    def fn(x):
+        pair = Pair(x.sin(), None)
+        pair.notes = Notes()
+        return pair
+
+    with pytest.raises(CaptureError, match="cannot tell whether the function made it"):
+        thunder_core.jit(fn)(torch.randn(3))
+
+
+def test_a_created_object_of_a_class_that_needs_arguments_to_be_made_is_refused():
+    class Strict:
+        def __new__(cls, value):
+            return super().__new__(cls)
+
+        def __init__(self, value):
+            self.value = value
+
+    with pytest.raises(CaptureError, match="cannot make again"):
+        thunder_core.jit(lambda x: Strict(x * 2))(torch.randn(3))
+
+
+def test_a_created_object_stored_on_the_module_is_refused():
+    class Keeps(nn.Module):
+        def forward(self, x):
+            self.kept = Pair(x.relu(), None)  # Python state the trace cannot set on later calls
+            return self.kept
+
+    with pytest.raises(CaptureError, match="stored a tensor it computed into"):
+        thunder_core.jit(Keeps())(torch.randn(3))
+
+
 def test_a_hugging_face_forward_returns_its_new_cache_and_takes_it_back():
     """A Hugging Face causal LM called without a cache (``use_cache`` on, the default) returns a new
     ``DynamicCache``; passing it back in runs the next step on it, as in eager."""

@@ -123,6 +123,7 @@ class Epilogue:
     def __call__(self, result, args: tuple, kwargs: dict):
         containers = [resolve(route, args, kwargs) for route in self.routes]
         given = [resolve(route, args, kwargs) for route in self.input_routes]  # before anything changes
+        made: dict[int, object] = {}  # the objects the function created, made again for this call
         flat = list(result)
         extra = flat[self.outputs :]
         flat = flat[: self.outputs]
@@ -131,15 +132,15 @@ class Epilogue:
         for index, kind, items, removed in self.changes:
             target = containers[index]
             if kind == "list":
-                target[:] = [_build(spec, extra, containers, given) for spec in items]
+                target[:] = [_build(spec, extra, containers, given, made) for spec in items]
                 continue
             state = vars(target) if kind == "object" else target
             for key, spec in items:
-                state[key] = _build(spec, extra, containers, given)
+                state[key] = _build(spec, extra, containers, given, made)
             for key in removed:
                 del state[key]
         for leaf, spec in self.built:
-            flat[leaf] = _build(spec, extra, containers, given)
+            flat[leaf] = _build(spec, extra, containers, given, made)
         if self.treespec is None:
             return flat[0] if flat else None
         return pytree.tree_unflatten(flat, self.treespec)
@@ -149,7 +150,15 @@ class Epilogue:
         return [
             f"{_route_text(self.routes[index])}: {kind} updated after the program runs"
             for index, kind, *_ in self.changes
+        ] + [
+            f"the function's output: a new {spec[1].__qualname__} made after the program runs"
+            for _, spec in self.built
+            if spec[0] == "new"
         ]
+
+
+def _made_by(route: tuple) -> str:
+    return "object the function created" if route and route[0][0] == "output" else "object"
 
 
 def _route_text(route: tuple) -> str:
@@ -160,7 +169,7 @@ def _route_text(route: tuple) -> str:
     return text
 
 
-def _build(spec, tensors: list, containers: list, given: list):
+def _build(spec, tensors: list, containers: list, given: list, made: dict):
     tag = spec[0]
     if tag == "value":
         return spec[1]
@@ -171,16 +180,18 @@ def _build(spec, tensors: list, containers: list, given: list):
     if tag == "container":
         return containers[spec[1]]
     if tag == "list":
-        return [_build(s, tensors, containers, given) for s in spec[1]]
+        return [_build(s, tensors, containers, given, made) for s in spec[1]]
     if tag == "tuple":
-        return tuple(_build(s, tensors, containers, given) for s in spec[1])
+        return tuple(_build(s, tensors, containers, given, made) for s in spec[1])
     if tag == "namedtuple":
-        return spec[1](*(_build(s, tensors, containers, given) for s in spec[2]))
+        return spec[1](*(_build(s, tensors, containers, given, made) for s in spec[2]))
     if tag == "dict":
-        return {k: _build(s, tensors, containers, given) for k, s in spec[1]}
+        return {k: _build(s, tensors, containers, given, made) for k, s in spec[1]}
+    if tag == "same":  # an object the function created, reached again: the one made for this call
+        return made[spec[1]]
     # "new": an object the function created; made again without running its __init__
-    obj = spec[1].__new__(spec[1])
-    vars(obj).update({k: _build(s, tensors, containers, given) for k, s in spec[2]})
+    obj = made[spec[3]] = spec[1].__new__(spec[1])
+    vars(obj).update({k: _build(s, tensors, containers, given, made) for k, s in spec[2]})
     return obj
 
 
@@ -304,7 +315,7 @@ def _renumber_spec(spec, renumber: dict):
     if tag == "dict":
         return (tag, [(k, _renumber_spec(s, renumber)) for k, s in spec[1]])
     if tag == "new":
-        return (tag, spec[1], [(k, _renumber_spec(s, renumber)) for k, s in spec[2]])
+        return (tag, spec[1], [(k, _renumber_spec(s, renumber)) for k, s in spec[2]], spec[3])
     return spec
 
 
@@ -344,8 +355,11 @@ class _SpecBuilder:
         self.tensors: list[TensorProxy] = []
         self._positions: dict[int, int] = {}
         self.containers: set[int] = set()
+        self._made: dict[int, int] = {}  # id of an object the function created -> its ordinal
+        self._keep: list = []  # those objects, alive while ids name them
 
-    def spec(self, value, route: tuple, depth: int = 0):
+    def spec(self, value, route: tuple, depth: int = 0, fresh: bool = False):
+        """``value``'s spec; ``fresh``: it is inside an object the function created."""
         if id(value) in self._index:
             self.containers.add(self._index[id(value)])
             return ("container", self._index[id(value)])
@@ -363,6 +377,12 @@ class _SpecBuilder:
                 f"thunder_core.jit: the function stores a symbolic size into {_route_text(route)}; "
                 "sizes stored into argument objects are fixed (the program compiles for each)"
             )
+        if fresh and isinstance(value, types.MethodType) and _holds_proxy(value.__self__):
+            raise CaptureError(
+                f"thunder_core.jit: {_route_text(route)} holds a new {_made_by(route)} with a method bound to an object "
+                "the function created, which thunder_core cannot make again for each call. Return the tensors, or "
+                "leave this function un-jitted."
+            )
         if isinstance(value, _REFERENCED) or (
             isinstance(value, torch.Tensor) and not isinstance(value, TensorProxy)
         ):
@@ -372,17 +392,38 @@ class _SpecBuilder:
                 f"thunder_core.jit: the value stored into {_route_text(route)} is nested too deeply"
             )
         if type(value) is list:
-            return ("list", [self.spec(v, route, depth + 1) for v in value])
+            return ("list", [self.spec(v, route, depth + 1, fresh) for v in value])
         if type(value) is tuple:
-            return ("tuple", [self.spec(v, route, depth + 1) for v in value])
+            return ("tuple", [self.spec(v, route, depth + 1, fresh) for v in value])
         if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return ("namedtuple", type(value), [self.spec(v, route, depth + 1) for v in value])
+            return ("namedtuple", type(value), [self.spec(v, route, depth + 1, fresh) for v in value])
         if type(value) is dict:
-            return ("dict", [(k, self.spec(v, route, depth + 1)) for k, v in value.items()])
+            return ("dict", [(k, self.spec(v, route, depth + 1, fresh)) for k, v in value.items()])
         if is_argument_object(value):
+            if id(value) in self._made:
+                return ("same", self._made[id(value)])
             if not _holds_proxy(value):
+                if fresh:
+                    raise CaptureError(
+                        f"thunder_core.jit: {_route_text(route)} holds a new {_made_by(route)} that holds a "
+                        f"{type(value).__qualname__} with no tensor the function computed: thunder_core cannot "
+                        "tell whether the function made it (eager makes a new one on every call) or found it "
+                        "(the same one on every call). Ways out: return the tensors and build the object "
+                        "outside the jitted function, or leave this function un-jitted."
+                    )
                 return ("value", value)  # an object that existed before: the same one, as in eager
-            return ("new", type(value), [(k, self.spec(v, route, depth + 1)) for k, v in object_items(value)])
+            try:
+                type(value).__new__(type(value))
+            except Exception as error:  # noqa: BLE001 - its class cannot be made without arguments
+                raise CaptureError(
+                    f"thunder_core.jit: {_route_text(route)} holds a new {type(value).__qualname__}, which "
+                    f"thunder_core cannot make again for each call ({type(value).__qualname__}.__new__ needs "
+                    f"arguments: {error}). Return its tensors instead, or leave this function un-jitted."
+                ) from error
+            ordinal = self._made[id(value)] = len(self._made)
+            self._keep.append(value)
+            items = [(k, self.spec(v, route, depth + 1, True)) for k, v in object_items(value)]
+            return ("new", type(value), items, ordinal)
         raise CaptureError(
             f"thunder_core.jit: the function stores a {type(value).__qualname__} into {_route_text(route)}, "
             "which a compiled trace cannot replay on the caller's object. Store tensors, Python values, "

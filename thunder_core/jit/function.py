@@ -702,11 +702,27 @@ def check_side_effects(compiled: Compiled, namespaces) -> None:
         )
 
 
-def _holds_proxy(value, depth: int = 0) -> bool:
-    if isinstance(value, TensorProxy):
-        return True
-    if depth < 3 and isinstance(value, (list, tuple)):
-        return any(_holds_proxy(v, depth + 1) for v in value)
-    if depth < 3 and isinstance(value, dict):
-        return any(_holds_proxy(v, depth + 1) for v in value.values())
+def _holds_proxy(value, budget: int = 20_000) -> bool:
+    """Whether a value left in Python state holds a proxy: itself, or inside lists, tuples, dicts and
+    plain objects (an object the function made and stored), looking at ``budget`` values at most."""
+    from thunder_core.capture.objects import MAX_DEPTH, is_argument_object, object_items
+
+    stack, seen = [(value, 0)], set()
+    while stack and budget > 0:
+        value, depth = stack.pop()
+        budget -= 1
+        if isinstance(value, TensorProxy):
+            return True
+        if depth >= MAX_DEPTH or id(value) in seen:
+            continue
+        if isinstance(value, (list, tuple)):
+            items = value
+        elif isinstance(value, dict):
+            items = value.values()
+        elif is_argument_object(value):
+            items = [v for _, v in object_items(value)]
+        else:
+            continue
+        seen.add(id(value))
+        stack.extend((v, depth + 1) for v in items)
     return False

@@ -219,7 +219,9 @@ class _Reader:
 def trace_to_data(trace: Trace) -> dict:
     """``trace`` as JSON-serializable data; raises ``NotPersistable`` where that cannot be exact."""
     if trace.epilogue is not None:
-        raise NotPersistable("the function changes or returns its argument objects")
+        raise NotPersistable(
+            "the function changes its argument objects, or returns objects (its arguments, or ones it makes)"
+        )
     writer = _Writer()
     inputs = [writer.proxy(p)["p"] for p in trace.inputs]
     bound_symbols = [writer.bound_symbol(b) for b in trace.bound_symbols]
