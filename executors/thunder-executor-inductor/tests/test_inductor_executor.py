@@ -541,5 +541,6 @@ def test_a_vector_isa_library_that_loaded_is_not_probed_again_in_the_next_proces
     if not runs[0]["valid"]:
         pytest.skip("no vector ISA loads on this CPU: nothing to remember")
     assert runs[0]["children"], runs  # the first process probed
-    assert runs[1]["children"] == [], runs  # the second remembered every load that succeeded
+    failed = set(runs[0]["children"]) - set(runs[0]["valid"])  # probed again: only successes are kept
+    assert set(runs[1]["children"]) == failed, runs  # the second remembered every load that succeeded
     assert runs[1]["valid"] == runs[0]["valid"]  # and Inductor chose the same ISAs
