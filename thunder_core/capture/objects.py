@@ -292,7 +292,7 @@ class ArgumentObjects:
     def _is_new_object(self, value) -> bool:
         """An object of the output that the function made around tensors it computed (made again
         after every call), not one of its arguments."""
-        return id(value) not in self._index and is_argument_object(value) and _holds_proxy(value)
+        return id(value) not in self._index and is_argument_object(value) and holds_proxy(value)
 
 
 _MISSING = object()
@@ -331,17 +331,27 @@ def _holds_tracked(value, index: dict, depth: int = 0) -> bool:
     return False
 
 
-def _holds_proxy(value, depth: int = 0) -> bool:
-    if isinstance(value, TensorProxy):
-        return True
-    if depth > MAX_DEPTH:
-        return False
-    if isinstance(value, (list, tuple)):
-        return any(_holds_proxy(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_proxy(v, depth + 1) for v in value.values())
-    if is_argument_object(value):
-        return any(_holds_proxy(v, depth + 1) for _, v in object_items(value))
+def holds_proxy(value, budget: int = 20_000) -> bool:
+    """Whether ``value`` holds a proxy: itself, or inside lists, tuples, dicts and plain objects
+    (``MAX_DEPTH`` levels deep, looking at ``budget`` values at most)."""
+    stack, seen = [(value, 0)], set()
+    while stack and budget > 0:
+        value, depth = stack.pop()
+        budget -= 1
+        if isinstance(value, TensorProxy):
+            return True
+        if depth > MAX_DEPTH or id(value) in seen:
+            continue
+        if isinstance(value, (list, tuple)):
+            items = value
+        elif isinstance(value, dict):
+            items = value.values()
+        elif is_argument_object(value):
+            items = [v for _, v in object_items(value)]
+        else:
+            continue
+        seen.add(id(value))
+        stack.extend((v, depth + 1) for v in items)
     return False
 
 
@@ -377,7 +387,7 @@ class _SpecBuilder:
                 f"thunder_core.jit: the function stores a symbolic size into {_route_text(route)}; "
                 "sizes stored into argument objects are fixed (the program compiles for each)"
             )
-        if fresh and isinstance(value, types.MethodType) and _holds_proxy(value.__self__):
+        if fresh and isinstance(value, types.MethodType) and holds_proxy(value.__self__):
             raise CaptureError(
                 f"thunder_core.jit: {_route_text(route)} holds a new {_made_by(route)} with a method bound to an object "
                 "the function created, which thunder_core cannot make again for each call. Return the tensors, or "
@@ -402,7 +412,7 @@ class _SpecBuilder:
         if is_argument_object(value):
             if id(value) in self._made:
                 return ("same", self._made[id(value)])
-            if not _holds_proxy(value):
+            if not holds_proxy(value):
                 if fresh:
                     raise CaptureError(
                         f"thunder_core.jit: {_route_text(route)} holds a new {_made_by(route)} that holds a "

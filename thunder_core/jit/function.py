@@ -13,11 +13,11 @@ from typing import NamedTuple
 
 import torch
 
+from thunder_core.capture.objects import holds_proxy
 from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, open_disk_cache
 from thunder_core.errors import CaptureError
 from thunder_core.executors.background import compiling_in_background, foreground_compile, wants_background
 from thunder_core.executors.decisions import decisions_kept_in
-from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
 from thunder_core.jit.dynamic import (
@@ -684,10 +684,10 @@ def check_side_effects(compiled: Compiled, namespaces) -> None:
     guard = compiled.guard
     changed = guard.failures()
     leaked = [
-        what for index, current in changed if _holds_proxy(current) for what in [guard.descriptions[index][0]]
+        what for index, current in changed if holds_proxy(current) for what in [guard.descriptions[index][0]]
     ]
     for namespace, owner in namespaces:
-        leaked += [f"{owner}.{key}" for key, value in list(namespace.items()) if _holds_proxy(value)]
+        leaked += [f"{owner}.{key}" for key, value in list(namespace.items()) if holds_proxy(value)]
     if leaked:
         raise CaptureError(
             f"thunder_core.jit: while being captured, the function stored a tensor it computed into "
@@ -700,29 +700,3 @@ def check_side_effects(compiled: Compiled, namespaces) -> None:
         compiled.notes.append(
             f"guards: the function changed Python state it reads ({described}); the next call recompiles"
         )
-
-
-def _holds_proxy(value, budget: int = 20_000) -> bool:
-    """Whether a value left in Python state holds a proxy: itself, or inside lists, tuples, dicts and
-    plain objects (an object the function made and stored), looking at ``budget`` values at most."""
-    from thunder_core.capture.objects import MAX_DEPTH, is_argument_object, object_items
-
-    stack, seen = [(value, 0)], set()
-    while stack and budget > 0:
-        value, depth = stack.pop()
-        budget -= 1
-        if isinstance(value, TensorProxy):
-            return True
-        if depth >= MAX_DEPTH or id(value) in seen:
-            continue
-        if isinstance(value, (list, tuple)):
-            items = value
-        elif isinstance(value, dict):
-            items = value.values()
-        elif is_argument_object(value):
-            items = [v for _, v in object_items(value)]
-        else:
-            continue
-        seen.add(id(value))
-        stack.extend((v, depth + 1) for v in items)
-    return False
