@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, in one bounded run (about 5 minutes on one H100):
 #   1. the GPU executors' and plugins' tests (cudnn, cupy, nvfuser, te, apex, cudagraphs; each
-#      skips with its own probe's reason where its library is missing),
+#      skips with its own probe's reason where its library is missing) and the core's CUDA tests
+#      (tests/test_cuda.py: changing shapes, training, Hugging Face generate on the device),
 #   2. benchmarks/gpu_training_step.py: a litgpt training step, eager / torch.compile / thunder_core,
 #   3. the inductor executor's OpInfo conformance kit with samples on CUDA (Triton kernels).
 # It uses the machine's Python with its CUDA build of torch. Packages it lacks can be given as
@@ -29,7 +30,7 @@ for name in ("cudnn", "cupy", "nvfuser", "te", "apex", "inductor", "numba", "red
     except KeyError:
         print(f"  {name:10s} not installed")
 EOF
-gpu_tests=()
+gpu_tests=(tests/test_cuda.py)
 for folder in executors/*/tests plugins/thunder-plugin-cudagraphs/tests; do
     case "$folder" in *numba*|*inductor*) continue ;; esac
     gpu_tests+=("$folder")

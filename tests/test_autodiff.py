@@ -157,3 +157,39 @@ def test_cuda_attention_trains_through_the_efficient_attention_kernels():
     assert "_scaled_dot_product_efficient_attention.default" in forward
     assert "_scaled_dot_product_efficient_attention_backward.default" in backward
     assert "softmax" not in backward
+
+
+def test_cuda_attention_pads_a_mask_whose_rows_the_efficient_kernel_cannot_read():
+    # The kernel needs the bias's strides to be multiples of 16 bytes (eager SDPA pads the mask);
+    # a (2, 1, 16, 9) mask's are not: "attn_bias is not correctly aligned" where eager runs.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from thunder_core.autodiff.joint import split_forward_backward
+    from thunder_core.capture.capture import capture
+
+    with FakeTensorMode():
+        q = torch.empty(2, 4, 16, 8, device="cuda", requires_grad=True)
+        k, v = (torch.empty(2, 4, 9, 8, device="cuda", requires_grad=True) for _ in range(2))
+        mask = torch.empty(2, 1, 16, 9, device="cuda")
+
+    def attention(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    trace, _ = capture(attention, (q, k, v, mask), {}, positional_names=["q", "k", "v", "mask"])
+    split = split_forward_backward(trace, ())
+    (call,) = [b for b in split.forward.bound_symbols if "efficient_attention" in b.symbol.name]
+    bias = call.args[3]
+    assert tuple(bias.shape) == (2, 4, 16, 9)
+    assert bias.stride()[-1] == 1 and all(s % 16 == 0 for s in bias.stride()[:-1]), bias.stride()
+
+
+def test_a_learned_attention_bias_gets_eagers_gradient():
+    def attention(q, k, v, bias):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum()
+
+    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
+    bias = torch.randn(1, 1, 8, 8, requires_grad=True)
+    expected = torch.autograd.grad(attention(q, k, v, bias), (q, k, v, bias))
+    actual = torch.autograd.grad(thunder_core.jit(attention)(q, k, v, bias), (q, k, v, bias))
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got, want)

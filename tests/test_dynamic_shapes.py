@@ -125,17 +125,46 @@ def test_litgpt_training_over_sequence_lengths_gives_eagers_gradients():
     assert info.entries == 2, info.reasons
 
 
+@torch.library.custom_op("thunder_core_tests::fixed_sizes_only", mutates_args=())
+def _fixed_sizes_only(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_fixed_sizes_only.register_fake
+def _(x):  # a third-party operator whose fake kernel needs numbers for sizes
+    if not isinstance(x.shape[-1], int):
+        raise RuntimeError("this operator's fake kernel takes fixed sizes only")
+    return torch.empty_like(x)
+
+
 def test_a_program_that_cannot_be_captured_symbolically_keeps_fixed_sizes_and_says_why():
-    def pad_to_eight(x):  # F.pad's padding as a size expression has no symbolic kernel here
+    def program(x):
+        return _fixed_sizes_only(x) + 1
+
+    jfn = thunder_core.jit(program)
+    for n in (5, 9, 13):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(jfn(x), program(x))
+    reasons = thunder_core.cache_info(jfn).reasons
+    assert "sizes fixed: compiling them symbolic failed" in reasons[1], reasons
+    assert "takes fixed sizes only" in reasons[1], reasons
+    assert "symbolic" not in reasons[2], reasons  # not tried again
+
+
+def test_padding_computed_from_a_size_stays_symbolic():
+    # constant_pad_nd's C++ kernel takes numbers only: PyTorch's Python kernel runs it (and the
+    # CUDA attention kernels' mask alignment, which pads the same way)
+    def pad_to_eight(x):
         return torch.nn.functional.pad(x, (0, math.ceil(x.shape[-1] / 8) * 8 - x.shape[-1])) * 2
 
     jfn = thunder_core.jit(pad_to_eight)
-    for n in (5, 9, 13):
+    for n in (5, 9, 13, 16):
         x = torch.randn(2, n)
         torch.testing.assert_close(jfn(x), pad_to_eight(x))
-    reasons = thunder_core.cache_info(jfn).reasons
-    assert "sizes fixed: compiling them symbolic failed" in reasons[1], reasons
-    assert "symbolic" not in reasons[2], reasons  # not tried again
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 3 and "symbolic sizes: x dim 1" in info.reasons[1], info.reasons
+    assert info.reasons[2].startswith("size guard failed: "), info.reasons  # 16: no padding at all
+    assert "failed" not in str(thunder_core.explain(jfn)), thunder_core.explain(jfn)  # Inductor's too
 
 
 def test_a_slice_bound_computed_from_a_size_stays_symbolic():

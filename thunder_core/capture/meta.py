@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 
 from thunder_core.capture import symbolic
 from thunder_core.errors import CaptureError
@@ -274,7 +275,10 @@ def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict, 
         return x
 
     fake_args, fake_kwargs = tree_map(to_fake, args), tree_map(to_fake, kwargs)
-    with sizes.fake_mode:
+    # The Python dispatcher, as Dynamo runs its fake tensors: composite operations and metas run
+    # PyTorch's Python kernels, which take symbolic sizes. Some of their C++ kernels do not (the
+    # CUDA attention mask's constant_pad_nd, matmul's fold check in torch 2.11).
+    with sizes.fake_mode, enable_python_dispatcher():
         out = fn(*fake_args, **fake_kwargs)
     return out, fakes.proxies()
 

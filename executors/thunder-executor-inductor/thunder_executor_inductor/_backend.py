@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch._inductor
 import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs; imported here, once
+from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import TracingContext, tracing
 from torch._inductor import cpu_vec_isa
 from torch._inductor.compile_fx import compile_fx_inner
@@ -288,11 +289,13 @@ def _compile_symbolic(fn, examples: list, options: dict):
     is called directly, as for fixed sizes (a graph that writes in place goes through
     ``standalone_compile``). Inputs whose strides the compiled code does not expect (it asserts
     them before computing) run the region's operations as they are."""
-    graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
+    with enable_python_dispatcher():  # symbolic sizes through PyTorch's Python kernels (capture.meta)
+        graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
     with torch._inductor.config.patch(options):
         if _mutates(graph):
-            graph = make_fx(fn, tracing_mode="fake")(*examples)
+            with enable_python_dispatcher():
+                graph = make_fx(fn, tracing_mode="fake")(*examples)
             compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
             call = lambda args: compiled(*args)  # noqa: E731
         else:
