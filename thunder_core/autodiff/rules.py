@@ -599,8 +599,8 @@ if "rms_norm" in S:
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     if dropout_p != 0.0 or enable_gqa or q.ndim != 4 or k.shape[-3] != q.shape[-3]:
         raise NoRule
-    if attn_mask is not None and attn_mask.requires_grad:  # a learned bias: the fused kernels give it no gradient
-        raise NoRule
+    if attn_mask is not None and attn_mask.requires_grad:
+        raise NoRule  # a learned bias: the fused kernels give it no gradient
     devices = {q.device.type, k.device.type, v.device.type}
     if devices == {"cuda"}:
         return _sdpa_cuda(q, k, v, attn_mask, is_causal, scale)
