@@ -422,3 +422,56 @@ def _train_like_eager(opt_model, model, reference, loss_of):
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
     assert thunder_core.last_traces(opt_model) and thunder_core.last_backward_traces(opt_model)
+
+
+def test_a_jitted_function_called_from_a_torch_compiled_one_runs_its_own_program():
+    # torch.compile does not trace into it (it runs thunder-core's compiled program, counted in
+    # cache_info) and compiles none of thunder-core's own frames while it runs
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    jfn = thunder_core.jit(lambda x: torch.sin(x) * 2)
+    outer = torch.compile(lambda x: jfn(x + 1) - 1, backend="eager")
+    for _ in range(3):
+        x = torch.randn(4, 4)
+        torch.testing.assert_close(outer(x), torch.sin(x + 1) * 2 - 1)
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 1 and info.hits + info.misses == 3, info
+    frames = torch._dynamo.utils.counters["frames"]
+    assert frames["total"] <= 2, dict(frames)  # the lambda and its resume after the call
+    torch._dynamo.reset()
+
+
+def test_hugging_face_generate_that_compiles_the_forward_itself_runs_the_jitted_forward():
+    # generate compiles the forward with torch.compile by itself for a static cache on CUDA (here
+    # asked for on the CPU); the forward the user jitted must still be what runs
+    import warnings
+
+    from models import hf_llama, token_batch
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = hf_llama(n_layer=2).eval()
+    compile_config = CompileConfig()
+    compile_config._compile_all_devices = True
+    prompt = token_batch(1, 9, seed=1)
+
+    def generate(**kwargs):
+        with torch.no_grad():
+            return model.generate(
+                prompt,
+                max_new_tokens=5,
+                do_sample=False,
+                pad_token_id=0,
+                cache_implementation="static",
+                **kwargs,
+            )
+
+    expected = generate(disable_compile=True)
+    model.forward = thunder_core.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", ".*runs eagerly, uncompiled")
+        assert torch.equal(generate(compile_config=compile_config), expected)
+    info = thunder_core.cache_info(model.forward)
+    assert info.hits + info.misses == 5 and info.entries <= 3, info
+    torch._dynamo.reset()

@@ -38,6 +38,9 @@ from thunder_core.progress import compiling
 
 #: The innermost torch.func transform in effect, or None (one C call: the hot path checks it).
 _torch_func_level = torch._C._functorch.peek_interpreter_stack
+#: Dynamo's frame callback, set while a torch.compile'd function runs (one C call; absent in old torch).
+_dynamo_callback = getattr(torch._C._dynamo.eval_frame, "get_eval_frame_callback", lambda: None)
+_set_dynamo_callback = torch._C._dynamo.eval_frame.set_eval_frame
 
 Tensor = torch.Tensor
 _is_grad_enabled = torch.is_grad_enabled
@@ -182,6 +185,17 @@ class ThunderFunction:
             )
         return self._fn(*args, **kwargs)
 
+    def _outside_dynamo(self, args, kwargs):
+        """Called from a function torch.compile compiles (Hugging Face's ``generate`` compiles the
+        forward by itself on CUDA with a static cache): Dynamo does not trace into this call (see
+        ``_torchdynamo_disable`` below) and, as ``torch.compiler.disable`` does, its frame callback
+        is off while the compiled program runs, so it compiles none of thunder-core's own frames."""
+        prior = _set_dynamo_callback(None)
+        try:
+            return self(*args, **kwargs)
+        finally:
+            _set_dynamo_callback(prior)
+
     def _remember_fast(self, key: tuple, entry: tuple, leaves, state_key=None) -> None:
         check = self._fast_checks.get(key)
         if check is None:
@@ -192,6 +206,8 @@ class ThunderFunction:
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
         if _recorders.stack:  # called while another jitted function is being captured: inline
             return self._fn(*args, **kwargs)
+        if _dynamo_callback() is not None:  # called from a torch.compile'd function: Dynamo stays out
+            return self._outside_dynamo(args, kwargs)
         if _torch_func_level() is not None:  # inside torch.func.grad / vmap / ...: eagerly, as they need
             return self._under_torch_func(args, kwargs)
         fast = self._fast  # the entry of the last call, if all its arguments were tensors
@@ -242,6 +258,11 @@ class ThunderFunction:
                 self._remember_fast(key, entry, leaves, self._state.key())
             return entry[1](*leaves)
         return self._miss(key, leaves, args, kwargs)
+
+    # Dynamo, tracing a function that calls this one, calls it as it is instead of tracing into
+    # it (what torch.compiler.disable marks; read by Dynamo, so torch._dynamo is not imported here)
+    __call__._torchdynamo_disable = True
+    __call__._torchdynamo_disable_msg = "a thunder_core.jit function runs its own compiled program"
 
     def _key(self, key: list, args, kwargs) -> tuple[tuple, list]:
         leaves: list = []
@@ -700,3 +721,17 @@ def check_side_effects(compiled: Compiled, namespaces) -> None:
         compiled.notes.append(
             f"guards: the function changed Python state it reads ({described}); the next call recompiles"
         )
+
+
+def _dynamo_skips(*functions) -> None:
+    """Dynamo runs these functions' frames as they are when a torch.compile'd function calls them
+    (as ``torch._dynamo.eval_frame.skip_code`` does, through torch._C: Dynamo is not imported)."""
+    eval_frame = torch._C._dynamo.eval_frame
+    if not hasattr(eval_frame, "set_code_exec_strategy"):  # older torch: Dynamo traces them, then breaks
+        return
+    strategy = eval_frame._FrameExecStrategy(eval_frame._FrameAction.SKIP, eval_frame._FrameAction.DEFAULT)
+    for function in functions:
+        eval_frame.set_code_exec_strategy(function.__code__, strategy)
+
+
+_dynamo_skips(ThunderFunction.__call__, ThunderFunction._outside_dynamo)
