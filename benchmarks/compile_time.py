@@ -21,6 +21,7 @@ traces and executor choices an earlier identical process stored in thunder_core'
     python benchmarks/compile_time.py                   # 2, 8, 24 layers, warm and cold
     python benchmarks/compile_time.py --layers 2,24 --rounds 3
     python benchmarks/compile_time.py --warm-only
+    python benchmarks/compile_time.py --add-only --add-rounds 7   # the a + b table alone
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument(
         "--add-rounds", type=int, default=5, help="fresh processes per backend for a + b (0: skip)"
     )
+    parser.add_argument("--add-only", action="store_true", help="the a + b table only")
     parser.add_argument("--layers", default="2,8,24", help="comma-separated depths")
     parser.add_argument("--rounds", type=int, default=1, help="repetitions of every warm measurement")
     parser.add_argument("--warm-only", action="store_true", help="skip the runs with empty compile caches")
@@ -150,6 +152,8 @@ def main() -> None:
                 f"  {backend:40s} {statistics.median(times):7.3f}s   (fastest {times[0]:.3f}s, slowest {times[-1]:.3f}s)"
             )
         print()
+    if args.add_only:
+        return
 
     results: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as shared:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
-from torch._prims_common import elementwise_dtypes
+from torch._prims_common import elementwise_dtypes, get_computation_dtype
 
 from thunder_core.ir.symbols import active_recorder
 from thunder_core.ops import kept_answers, prims
@@ -70,6 +70,8 @@ def shape_of_broadcast(*xs) -> tuple[int, ...]:
     shapes = tuple(tuple(x.shape) for x in xs if is_tensor(x))
     if not all(type(size) is int for shape in shapes for size in shape):  # symbolic sizes
         return tuple(torch.broadcast_shapes(*shapes))
+    if len(set(shapes)) <= 1:  # nothing to broadcast (PyTorch's rule imports sympy on first use)
+        return shapes[0] if shapes else ()
     answer = _broadcasts.get(shapes)
     if answer is None:
         question = repr(("broadcast", shapes))
@@ -103,6 +105,9 @@ def promote(*xs, kind: Kind) -> tuple[torch.dtype, torch.dtype]:
     Memoized on what the answer depends on (dtypes, which tensors are zero-dim, which Python
     number types, the default dtype) and kept on disk for later processes
     (``thunder_core.ops.kept_answers``): PyTorch's promotion imports sympy on first use."""
+    same = _one_dtype(xs, kind)
+    if same is not None:
+        return same
     key = _promotion_key(xs, kind)
     if key is None:
         return elementwise_dtypes(*xs, type_promotion_kind=kind)
@@ -117,6 +122,22 @@ def promote(*xs, kind: Kind) -> tuple[torch.dtype, torch.dtype]:
             kept_answers.remember(question, answer)
         _promotions[key] = answer
     return answer
+
+
+def _one_dtype(xs, kind: Kind) -> tuple[torch.dtype, torch.dtype] | None:
+    """The promotion of tensors that all have one dtype (no Python numbers), by the default
+    kind: that dtype, computed in PyTorch's computation dtype for it (float32 for half types);
+    None otherwise."""
+    if kind is not Kind.DEFAULT:
+        return None
+    dtype = None
+    for x in xs:
+        if x is None:
+            continue
+        if not is_tensor(x) or (dtype is not None and x.dtype != dtype):
+            return None
+        dtype = x.dtype
+    return None if dtype is None else (get_computation_dtype(dtype), dtype)
 
 
 def _promotion_key(xs, kind: Kind) -> tuple | None:

@@ -9,17 +9,17 @@ caught and kept as the plugin's status, so one plugin never breaks ``import thun
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata as metadata
 import importlib.util
 import inspect
+import re
 import time
 import traceback
 from dataclasses import dataclass, field
 
 import pluggy
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from thunder_core.plugins import hookspecs
@@ -58,7 +58,7 @@ class PluginInfo:
     entry_point: str  # "module" or "module:attribute"
     distribution: str | None
     version: str | None
-    requires_core: str | None = None  # the thunder-core specifier the distribution declares
+    distribution_metadata: object = field(default=None, repr=False)  # its importlib.metadata.Distribution
     status: str = NOT_LOADED
     reason: str = ""
     remedy: str = ""
@@ -69,6 +69,14 @@ class PluginInfo:
     passes: list = field(default_factory=list)  # (stage, fn, name)
     module_transforms: list = field(default_factory=list)  # (fn, name)
     options: dict[str, OptionSpec] = field(default_factory=dict)
+
+    @functools.cached_property
+    def requires_core(self) -> str | None:
+        """The thunder-core specifier the distribution declares, read when the plugin is probed
+        (parsing every distribution's requirements at discovery cost a job that loads none)."""
+        if self.distribution_metadata is None or _is_core(self.distribution):
+            return None  # thunder-core's own executors
+        return _core_requirement(self.distribution_metadata)
 
     @property
     def label(self) -> str:
@@ -103,7 +111,15 @@ def _core_version() -> str:
     return __version__
 
 
+def _is_core(distribution: str | None) -> bool:
+    """Whether ``distribution`` names thunder-core (compared as PEP 503 normalizes names)."""
+    return distribution is not None and re.sub(r"[-_.]+", "-", distribution).lower() == CORE_DISTRIBUTION
+
+
 def _core_requirement(dist) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     for line in dist.requires or []:
         try:
             req = Requirement(line)
@@ -127,16 +143,28 @@ class PluginManager:
 
     # Discovery: metadata only.
     def _discover(self) -> None:
+        names: dict[object, tuple[str, str]] = {}  # a distribution's folder -> (name, version)
+
+        def name_and_version(dist) -> tuple[str | None, str | None]:
+            if dist is None:
+                return None, None
+            where = getattr(dist, "_path", None) or id(dist)
+            if where not in names:  # each access to .metadata parses the METADATA file again
+                found = dist.metadata
+                names[where] = (found["Name"], found["Version"])
+            return names[where]
+
         for kind, group in GROUPS.items():
             for ep in metadata.entry_points(group=group):
                 dist = getattr(ep, "dist", None)
+                distribution, version = name_and_version(dist)
                 info = PluginInfo(
                     name=ep.name,
                     kind=kind,
                     entry_point=ep.value,
-                    distribution=dist.metadata["Name"] if dist else None,
-                    version=dist.version if dist else None,
-                    requires_core=_core_requirement(dist) if dist else None,
+                    distribution=distribution,
+                    version=version,
+                    distribution_metadata=dist,
                 )
                 if ep.name in self.plugins:
                     other = self.plugins[ep.name]
