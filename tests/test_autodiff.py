@@ -183,6 +183,19 @@ def test_cuda_attention_pads_a_mask_whose_rows_the_efficient_kernel_cannot_read(
     assert bias.stride()[-1] == 1 and all(s % 16 == 0 for s in bias.stride()[:-1]), bias.stride()
 
 
+def test_the_attention_bias_is_aligned_on_the_tensor_the_kernel_gets():
+    # Whatever layout the executors before it gave the mask (a contiguous (2, 1, 16, 9) one: rows
+    # of 36 bytes), the bias is aligned when the program runs, with the mask's values.
+    from thunder_core.autodiff.kernels import attention_bias
+
+    for mask in (torch.randn(2, 1, 16, 9), torch.randn(16, 9), torch.randn(2, 1, 16, 32)[..., :9]):
+        bias = attention_bias.impl(mask, (2, 4, 16, 9))
+        assert all(s % 16 == 0 for s in bias.stride()[:-1]) and bias.stride()[-1] == 1, bias.stride()
+        assert torch.equal(bias, mask.expand(2, 4, 16, 9))
+    aligned = torch.randn(2, 1, 16, 16)
+    assert attention_bias.impl(aligned, (2, 4, 16, 16)).data_ptr() == aligned.data_ptr()  # no copy
+
+
 def test_a_learned_attention_bias_gets_eagers_gradient():
     def attention(q, k, v, bias):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum()

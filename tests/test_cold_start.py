@@ -82,6 +82,15 @@ def test_metadata_of_same_layout_elementwise_operations_matches_pytorchs():
         for kind in Kind:
             a, b = torch.zeros(2, 3, dtype=dtype), torch.zeros((), dtype=dtype)
             assert promote(a, b, kind=kind) == tuple(elementwise_dtypes(a, b, type_promotion_kind=kind))
+    quantized = torch._empty_affine_quantized((2,), scale=0.1, zero_point=0, dtype=torch.quint8)
+    for call in (lambda: promote(quantized, quantized, kind=Kind.DEFAULT), lambda: elementwise_dtypes(
+        quantized, quantized, type_promotion_kind=Kind.DEFAULT)):  # fmt: skip
+        try:
+            call()
+        except Exception as error:  # PyTorch's rule refuses it, and so do we, with its message
+            assert "dtype" in str(error), error
+        else:
+            raise AssertionError("a quantized dtype was promoted")
     cases = [
         (torch.randn(3, 4), torch.randn(3, 4)),
         (torch.randn(3, 4, dtype=torch.float64, requires_grad=True), torch.randn(3, 4, dtype=torch.float64)),

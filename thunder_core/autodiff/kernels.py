@@ -37,3 +37,20 @@ flash_attention_cpu = _aten("_scaled_dot_product_flash_attention_for_cpu")
 flash_attention_cpu_backward = _aten("_scaled_dot_product_flash_attention_for_cpu_backward")
 efficient_attention = _aten("_scaled_dot_product_efficient_attention")
 efficient_attention_backward = _aten("_scaled_dot_product_efficient_attention_backward")
+
+
+def _attention_bias(mask: torch.Tensor, shape, alignment: int = 16) -> torch.Tensor:
+    """``mask`` as the memory-efficient attention kernels take their bias, as eager SDPA prepares
+    it: every stride but the last a multiple of ``alignment`` elements (16 bytes at least), else
+    padded along the last dimension and narrowed back, then expanded to ``shape``. Runs on the
+    tensor the kernel gets, whatever layout the executors before it gave the mask; with symbolic
+    strides (capture) it pads without asking, so no size guard comes of it."""
+    strides = mask.stride()
+    known = all(isinstance(s, int) for s in strides)
+    if not (known and strides[-1] == 1 and all(s % alignment == 0 for s in strides[:-1])):
+        last = mask.shape[-1]
+        mask = torch.nn.functional.pad(mask, (0, alignment - last % alignment)).narrow(-1, 0, last)
+    return mask.expand(shape)
+
+
+attention_bias = Symbol(name="attention_bias", impl=_attention_bias, printed_name="attention_bias")

@@ -633,9 +633,7 @@ def _sdpa_cuda(q, k, v, attn_mask, is_causal, scale):
             attn_mask = S["masked_fill"](zeros, S["logical_not"](attn_mask), float("-inf"))
         elif attn_mask.dtype != q.dtype:
             raise NoRule
-        attn_mask = _aligned_rows(attn_mask)
-        shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-        bias = attn_mask if tuple(attn_mask.shape) == shape else S["expand"](attn_mask, shape)
+        bias = K.attention_bias(attn_mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
     out, logsumexp, seed, offset = K.efficient_attention(q, k, v, bias, True, 0.0, is_causal, scale=scale)
 
     def backward(g):
@@ -657,18 +655,6 @@ def _sdpa_cuda(q, k, v, attn_mask, is_causal, scale):
         return [(q, gq), (k, gk), (v, gv)]
 
     return out, backward
-
-
-def _aligned_rows(mask, alignment: int = 16):
-    """``mask`` with every stride but the last a multiple of ``alignment`` elements, as the
-    memory-efficient kernel requires of its bias (16 bytes at least) and eager SDPA prepares it:
-    padded along the last dimension to a multiple of ``alignment`` and sliced back."""
-    strides = mask.stride()
-    if strides[-1] == 1 and all(isinstance(s, int) and s % alignment == 0 for s in strides[:-1]):
-        return mask
-    last = mask.shape[-1]
-    padded = S["pad"](mask, (0, alignment - last % alignment))
-    return S["narrow"](padded, -1, 0, last)
 
 
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}

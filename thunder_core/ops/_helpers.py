@@ -124,6 +124,12 @@ def promote(*xs, kind: Kind) -> tuple[torch.dtype, torch.dtype]:
     return answer
 
 
+_PLAIN_INTEGERS = frozenset(
+    {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+    | {getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)}
+)
+
+
 def _one_dtype(xs, kind: Kind) -> tuple[torch.dtype, torch.dtype] | None:
     """The promotion of tensors that all have one dtype (no Python numbers), by the default
     kind: that dtype, computed in PyTorch's computation dtype for it (float32 for half types);
@@ -137,7 +143,9 @@ def _one_dtype(xs, kind: Kind) -> tuple[torch.dtype, torch.dtype] | None:
         if not is_tensor(x) or (dtype is not None and x.dtype != dtype):
             return None
         dtype = x.dtype
-    return None if dtype is None else (get_computation_dtype(dtype), dtype)
+    if dtype is None or not (dtype.is_floating_point or dtype.is_complex or dtype in _PLAIN_INTEGERS):
+        return None  # quantized and bit types: PyTorch's rule refuses them, and says so
+    return get_computation_dtype(dtype), dtype
 
 
 def _promotion_key(xs, kind: Kind) -> tuple | None:

@@ -143,16 +143,15 @@ class PluginManager:
 
     # Discovery: metadata only.
     def _discover(self) -> None:
-        names: dict[object, tuple[str, str]] = {}  # a distribution's folder -> (name, version)
+        names: dict[int, tuple[object, str, str]] = {}  # id(distribution) -> (it, name, version)
 
         def name_and_version(dist) -> tuple[str | None, str | None]:
             if dist is None:
                 return None, None
-            where = getattr(dist, "_path", None) or id(dist)
-            if where not in names:  # each access to .metadata parses the METADATA file again
-                found = dist.metadata
-                names[where] = (found["Name"], found["Version"])
-            return names[where]
+            if id(dist) not in names:  # each access to .metadata parses the METADATA file again
+                found = dist.metadata  # (the distribution is kept in the value: its id stays its own)
+                names[id(dist)] = (dist, found["Name"], found["Version"])
+            return names[id(dist)][1:]
 
         for kind, group in GROUPS.items():
             for ep in metadata.entry_points(group=group):
