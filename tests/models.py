@@ -66,3 +66,11 @@ def hf_zoo() -> dict:
 def token_batch(batch: int, length: int, vocab: int = 256, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, length), generator=generator)
+
+
+def greedy_generate(model, prompt: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Hugging Face ``generate``: 6 greedy tokens with the cache on (``kwargs`` add to them)."""
+    with torch.no_grad():
+        return model.generate(
+            prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, use_cache=True, **kwargs
+        )

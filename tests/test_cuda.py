@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 import torch
-from models import hf_llama, litgpt_gpt, token_batch
+from models import greedy_generate, hf_llama, litgpt_gpt, token_batch
 
 import thunder_core
 
@@ -53,13 +53,6 @@ def test_litgpt_training_over_sequence_lengths_gives_eagers_gradients_on_cuda():
     assert info.entries == 2, info.reasons
 
 
-def _generate(model, prompt, **kwargs):
-    with torch.no_grad():
-        return model.generate(
-            prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, use_cache=True, **kwargs
-        )
-
-
 @pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens_on_cuda(cache, dynamic):
@@ -67,14 +60,14 @@ def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens_on_cu
     model = hf_llama(n_layer=2).cuda().eval()
     kwargs = {} if cache == "dynamic" else {"cache_implementation": "static"}
     prompts = [token_batch(1, 9, seed=1).cuda(), token_batch(1, 5, seed=2).cuda()]
-    expected = [_generate(model, p, **kwargs) for p in prompts]
+    expected = [greedy_generate(model, p, **kwargs) for p in prompts]
     model.forward = thunder_core.jit(model.forward, dynamic=dynamic)
     with warnings.catch_warnings():
         # generate compiles the forward with torch.compile by itself for a static cache on CUDA:
         # the jitted forward must still run its program, not "eagerly, uncompiled"
         warnings.filterwarnings("error", ".*runs eagerly, uncompiled")
         for prompt, want in zip(prompts, expected):
-            assert torch.equal(_generate(model, prompt, **kwargs), want)
+            assert torch.equal(greedy_generate(model, prompt, **kwargs), want)
     info = thunder_core.cache_info(model.forward)
     assert info.hits + info.misses == 2 * 6, info  # a forward call per token, each thunder-core's
     assert info.entries <= 4, info.reasons  # not a compile per token
@@ -84,11 +77,11 @@ def test_hugging_face_generate_compiled_in_the_background_gives_eagers_tokens_on
     torch.manual_seed(0)
     model = hf_llama(n_layer=2).cuda().eval()
     prompts = [token_batch(1, 9, seed=1).cuda(), token_batch(1, 13, seed=2).cuda()]
-    expected = [_generate(model, p) for p in prompts]
+    expected = [greedy_generate(model, p) for p in prompts]
     model.forward = thunder_core.jit(model.forward, dynamic=True, compile_in_background="always")
     for _ in range(2):  # the second time round, the regions compiled meanwhile run
         for prompt, want in zip(prompts, expected):
-            assert torch.equal(_generate(model, prompt), want)
+            assert torch.equal(greedy_generate(model, prompt), want)
 
 
 @pytest.mark.parametrize("dynamic", [None, True])
@@ -97,10 +90,10 @@ def test_hugging_face_generate_through_the_torch_compile_front_end_on_cuda(dynam
     torch.manual_seed(0)
     model = hf_llama(n_layer=2).cuda().eval()
     prompts = [token_batch(1, 7, seed=3).cuda(), token_batch(1, 11, seed=4).cuda()]
-    expected = [_generate(model, p) for p in prompts]
+    expected = [greedy_generate(model, p) for p in prompts]
     model.forward = torch.compile(model.forward, backend="thunder_core", dynamic=dynamic)
     for prompt, want in zip(prompts, expected):
-        assert torch.equal(_generate(model, prompt), want)
+        assert torch.equal(greedy_generate(model, prompt), want)
     assert "-> thunder_core" in _ran(model.forward), _ran(model.forward)
     torch._dynamo.reset()
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from models import hf_llama, token_batch
+from models import greedy_generate, hf_llama, token_batch
 from torch import nn
 
 import thunder_core
@@ -267,13 +267,6 @@ def test_a_bound_method_is_cached_like_the_module():
     torch.testing.assert_close(model(x), model.linear(x).relu())
 
 
-def _generate(model, prompt, **kwargs):
-    with torch.no_grad():
-        return model.generate(
-            prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, use_cache=True, **kwargs
-        )
-
-
 @pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache, dynamic):
@@ -281,11 +274,11 @@ def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache
     model = hf_llama(n_layer=2).eval()
     kwargs = {} if cache == "dynamic" else {"cache_implementation": "static"}
     prompts = [token_batch(1, 9, seed=1), token_batch(1, 5, seed=2)]
-    expected = [_generate(model, p, **kwargs) for p in prompts]
+    expected = [greedy_generate(model, p, **kwargs) for p in prompts]
     model.forward = thunder_core.jit(model.forward, dynamic=dynamic)
     entries = []
     for prompt, want in zip(prompts, expected):
-        assert torch.equal(_generate(model, prompt, **kwargs), want)
+        assert torch.equal(greedy_generate(model, prompt, **kwargs), want)
         entries.append(thunder_core.cache_info(model.forward).entries)
     info = thunder_core.cache_info(model.forward)
     assert info.hits + info.misses == 2 * 6  # a forward call per token
@@ -307,11 +300,11 @@ def test_hugging_face_generate_through_the_torch_compile_front_end(cache, dynami
     model = hf_llama(n_layer=2).eval()
     kwargs = {} if cache == "dynamic" else {"cache_implementation": "static"}
     prompt = token_batch(1, 7, seed=3)
-    expected = _generate(model, prompt, **kwargs)
+    expected = greedy_generate(model, prompt, **kwargs)
     another = token_batch(1, 11, seed=4)
-    expected_another = _generate(model, another, **kwargs)
+    expected_another = greedy_generate(model, another, **kwargs)
     model.forward = torch.compile(model.forward, backend="thunder_core", dynamic=dynamic)
-    assert torch.equal(_generate(model, prompt, **kwargs), expected)
+    assert torch.equal(greedy_generate(model, prompt, **kwargs), expected)
     from thunder_core.inspection import compile_report
 
     def compiles():
@@ -320,7 +313,9 @@ def test_hugging_face_generate_through_the_torch_compile_front_end(cache, dynami
         ]
 
     before = compiles()
-    assert torch.equal(_generate(model, another, **kwargs), expected_another)  # a prompt of another length
+    assert torch.equal(
+        greedy_generate(model, another, **kwargs), expected_another
+    )  # a prompt of another length
     report = str(thunder_core.explain(model.forward))
     if dynamic:  # Dynamo's float attributes read as numbers (no split at .item()), sizes symbolic at once
         assert not re.search(r"\.item\b", report), report

@@ -244,14 +244,6 @@ _SAME_LAYOUT_OPERATIONS = frozenset(
 )
 
 
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 def _same_layout_elementwise(fn, args: tuple, kwargs: dict):
     """The output of ``a + b`` (and the like) on two tensors of the same metadata, as a meta
     tensor, without running PyTorch's Python meta kernel: its type promotion imports sympy
@@ -266,10 +258,9 @@ def _same_layout_elementwise(fn, args: tuple, kwargs: dict):
         return None
     if not all(isinstance(size, int) for size in shape):
         return None
-    strides = _contiguous_strides(shape)
-    if tuple(a.stride()) != strides or tuple(b.stride()) != strides:
+    out = torch.empty(shape, dtype=dtype, device="meta")  # contiguous (PyTorch's rule imports sympy)
+    if tuple(a.stride()) != out.stride() or tuple(b.stride()) != out.stride():
         return None
-    out = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         out.requires_grad_(True)
     return out
