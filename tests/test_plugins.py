@@ -210,6 +210,32 @@ def test_two_executors_claiming_the_same_op_config_file_decides(tmp_path):
     assert thunder_core.explain(jfn).executors == ["claimb", "claima", "torch"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[tool."thunder-core"]\nexecutors = ["claimb"]\n',
+        '[tool]\nthunder-core = { executors = ["claimb"] }\n',
+        'tool.thunder-core.executors = ["claimb"]\n',
+        "[tool . 'thunder-core' ]\nexecutors = ['claimb']\n",
+        '[project]\nname = "app"\ndependencies = ["thunder-core>=0.1"]\n\n[tool.thunder-core]\nexecutors = ["claimb"]\n',
+    ],
+)
+def test_every_toml_spelling_of_the_table_is_read(tmp_path, text):
+    from thunder_core.plugins.config import find_config_file
+
+    (tmp_path / "pyproject.toml").write_text(text)
+    assert find_config_file(tmp_path) == (tmp_path / "pyproject.toml", {"executors": ["claimb"]})
+
+
+def test_a_pyproject_that_only_depends_on_thunder_core_configures_nothing(tmp_path):
+    from thunder_core.plugins.config import find_config_file
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "app"\ndependencies = ["thunder-core"]\n')
+    assert find_config_file(tmp_path) == (tmp_path / "pyproject.toml", {})
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "app"\n')  # not parsed at all
+    assert find_config_file(tmp_path) == (tmp_path / "pyproject.toml", {})
+
+
 def test_precedence_api_over_environment_over_config(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text('[tool.thunder-core]\nexecutors = ["claimb", "claima"]\n')
     monkeypatch.setenv("THUNDER_CORE_EXECUTORS", "claima,claimb")

@@ -18,6 +18,7 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 
 from thunder_core.capture import symbolic
+from thunder_core.capture.without_dynamo import before_python_meta_kernels
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.tree import leaves, tree_map
@@ -308,6 +309,7 @@ def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict, 
         return x
 
     fake_args, fake_kwargs = tree_map(to_fake, args), tree_map(to_fake, kwargs)
+    before_python_meta_kernels()
     # The Python dispatcher, as Dynamo runs its fake tensors: composite operations and metas run
     # PyTorch's Python kernels, which take symbolic sizes. Some of their C++ kernels do not (the
     # CUDA attention mask's constant_pad_nd, matmul's fold check in torch 2.11).
@@ -333,6 +335,7 @@ def _meta_outputs(fn, args: tuple, kwargs: dict):
     meta_kwargs = {
         k: ("meta" if k == "device" and v is not None else tree_map(to_meta, v)) for k, v in kwargs.items()
     }
+    before_python_meta_kernels()
     try:
         with torch.device("meta"):
             out = fn(*meta_args, **meta_kwargs)

@@ -8,7 +8,8 @@ function that switches Dynamo off around the kernel. A job that never uses Dynam
 that: until ``torch._dynamo`` is imported no frame can be under Dynamo, so calling the kernel
 directly is what the wrapper would do.
 
-``python_meta_kernels_without_dynamo()`` gives each such wrapper, for the duration of the block,
+``python_meta_kernels_without_dynamo()`` gives each such wrapper, for the duration of the block
+(from its first ``before_python_meta_kernels()``),
 the function it caches on first use (its ``__dynamo_disable`` attribute): one that calls the
 kernel directly while ``torch._dynamo`` is not loaded, and otherwise builds Dynamo's own wrapper
 and caches it in its place, exactly as the first call would have. On leaving the block the
@@ -29,6 +30,7 @@ import torch
 _ATTRIBUTE = "__dynamo_disable"  # where torch._compile._disable_dynamo caches its wrapper
 _lock = threading.Lock()
 _depth = 0
+_ready = False  # the open block's stand-ins are installed (or installing failed)
 _installed: list[tuple[object, _CallDirectlyUntilDynamo]] = []
 
 
@@ -121,15 +123,11 @@ def _remove() -> None:
 @contextmanager
 def python_meta_kernels_without_dynamo():
     """Within the block, PyTorch's Python meta kernels run without importing ``torch._dynamo``
-    (a no-op once it is imported)."""
-    global _depth
+    (a no-op once it is imported). The stand-ins are installed by the block's first
+    ``before_python_meta_kernels()``."""
+    global _depth, _ready
     with _lock:
         _depth += 1
-        if _depth == 1 and "torch._dynamo" not in sys.modules:
-            try:
-                _install()
-            except Exception:  # noqa: BLE001 - private PyTorch structure; without it only speed differs
-                _remove()
     try:
         yield
     finally:
@@ -137,3 +135,23 @@ def python_meta_kernels_without_dynamo():
             _depth -= 1
             if _depth == 0:
                 _remove()
+                _ready = False
+
+
+def before_python_meta_kernels() -> None:
+    """Called right before PyTorch's meta kernels run: installs the stand-ins if a block is open
+    and they are not yet. Finding the wrappers walks PyTorch's decomposition tables (10-20 ms
+    once a process), which a capture whose operations need no meta kernel never pays."""
+    global _ready
+    if _ready or _depth == 0:
+        return
+    with _lock:
+        if _ready or _depth == 0:
+            return
+        _ready = True
+        if "torch._dynamo" in sys.modules:
+            return
+        try:
+            _install()
+        except Exception:  # noqa: BLE001 - private PyTorch structure; without it only speed differs
+            _remove()

@@ -18,11 +18,6 @@ from pathlib import Path
 from thunder_core.disk_cache import DEFAULT_CACHE_DIR
 from thunder_core.plugins.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 CONFIG_KEYS = {
     "executors": "ordered list of executor names: the claim priority (torch is always last)",
     "plugins": "list of transform plugins to enable",
@@ -79,6 +74,14 @@ def _names(value, where: str) -> list[str]:
     return list(value)
 
 
+def _parse_toml(text: str) -> dict:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib.loads(text)
+
+
 def find_config_file(start: Path | None = None) -> tuple[Path | None, dict]:
     """The config file in effect and its thunder-core table."""
     named = os.environ.get("THUNDER_CORE_CONFIG")
@@ -86,15 +89,19 @@ def find_config_file(start: Path | None = None) -> tuple[Path | None, dict]:
         path = Path(named)
         if not path.is_file():
             raise ConfigError(f"THUNDER_CORE_CONFIG names {named!r}, which is not a file")
-        data = tomllib.loads(path.read_text())
+        data = _parse_toml(path.read_text())
         table = data.get("tool", {}).get("thunder-core", data)
         return path, table
     directory = (start or Path.cwd()).resolve()
     for folder in (directory, *directory.parents):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
-            data = tomllib.loads(candidate.read_text())
-            return candidate, data.get("tool", {}).get("thunder-core", {})
+            text = candidate.read_text()
+            # A [tool.thunder-core] table, however written, names thunder-core: a project's
+            # pyproject.toml without it is not parsed (TOML's parser costs a first call 7 ms).
+            if "thunder-core" not in text:
+                return candidate, {}
+            return candidate, _parse_toml(text).get("tool", {}).get("thunder-core", {})
     return None, {}
 
 

@@ -20,7 +20,6 @@ import traceback
 from dataclasses import dataclass, field
 
 import pluggy
-from packaging.version import Version
 
 from thunder_core.plugins import hookspecs
 from thunder_core.plugins.errors import PluginError
@@ -153,8 +152,9 @@ class PluginManager:
                 names[id(dist)] = (dist, found["Name"], found["Version"])
             return names[id(dist)][1:]
 
+        every = metadata.entry_points()  # one pass over the installed distributions for all groups
         for kind, group in GROUPS.items():
-            for ep in metadata.entry_points(group=group):
+            for ep in every.select(group=group):
                 dist = getattr(ep, "dist", None)
                 distribution, version = name_and_version(dist)
                 info = PluginInfo(
@@ -184,6 +184,7 @@ class PluginManager:
             return info
         if info.requires_core is not None:
             from packaging.specifiers import SpecifierSet
+            from packaging.version import Version
 
             if Version(_core_version()) not in SpecifierSet(info.requires_core, prereleases=True):
                 info.status = INCOMPATIBLE

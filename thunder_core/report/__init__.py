@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import sys
 import time
 from collections import Counter, defaultdict
@@ -210,6 +209,8 @@ def _measure(compiled, args, kwargs, rounds: int) -> dict:
 
 def _summary(seconds: list[float]) -> dict:
     ms = sorted(s * 1e3 for s in seconds)
+    import statistics
+
     return {"median": statistics.median(ms), "min": ms[0], "max": ms[-1]}
 
 
