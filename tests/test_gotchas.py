@@ -239,6 +239,60 @@ def test_no_grad_and_enable_grad_regions_inside(executors):
     assert_same(actual, expected)
 
 
+def test_an_update_under_no_grad_of_a_tensor_that_requires_grad(executors):
+    """An optimizer-like step and an EMA of a weight inside the function: eager allows the
+    in-place update of a leaf that requires grad only under no_grad, and records no gradient
+    through it. The jitted function ran it with grad mode on (and raised)."""
+
+    class WithAverage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(3, 3)
+            self.register_buffer("average", torch.zeros(3, 3))
+
+        def forward(self, x, lr: float):
+            with torch.no_grad():
+                self.average.mul_(0.9).add_(self.linear.weight, alpha=0.1)
+                self.linear.weight.sub_(self.linear.weight.sign(), alpha=lr)
+            return self.linear(x).sum() + (self.average * x[:3]).sum()
+
+    torch.manual_seed(0)
+    model, reference = WithAverage(), WithAverage()
+    reference.load_state_dict(model.state_dict())
+    jm = thunder_core.jit(model, executors=executors)
+    for _ in range(3):
+        x = torch.randn(3, 3)
+        actual, expected = jm(x, 0.01), reference(x, 0.01)
+        assert_same(actual, expected)
+        actual.backward()
+        expected.backward()
+        assert model.linear.weight.is_leaf
+        for mine, theirs in zip(model.parameters(), reference.parameters()):
+            assert_same(mine, theirs)
+            assert_same(mine.grad, theirs.grad)
+        assert_same(model.average, reference.average)
+
+
+def test_a_value_computed_under_no_grad_stays_out_of_a_gradient_pytorch_autograd_records(executors):
+    """An in-place op on a value that needs a gradient makes PyTorch autograd record the whole
+    program (``explain`` says so): what eager computed under no_grad must stay out of that
+    recording, or the gradient silently gains the norm's derivative."""
+
+    def fn(x):
+        with torch.no_grad():
+            scale = x.norm()
+        y = x * 2
+        y.add_(1)
+        return y / scale
+
+    x = torch.randn(5, requires_grad=True)
+    jf = thunder_core.jit(fn, executors=executors)
+    (expected,) = torch.autograd.grad(fn(x).sum(), x)
+    (actual,) = torch.autograd.grad(jf(x).sum(), x)
+    assert_same(actual, expected)
+    assert any("PyTorch autograd records the whole program" in n for n in thunder_core.explain(jf).notes)
+
+
 # Hooks.
 def test_forward_hooks_registered_after_jit_and_removed(executors):
     torch.manual_seed(0)

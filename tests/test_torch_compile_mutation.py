@@ -116,3 +116,69 @@ def test_a_graph_with_an_autograd_function(executors):
         torch.testing.assert_close(actual, expected)
         for a, e in zip(actual_grads, expected_grads):
             torch.testing.assert_close(a, e)
+
+
+def scale_in_place_then_train(x, w):
+    y = x * 2
+    y.add_(1)
+    y.mul_(w)
+    return y.sin().sum()
+
+
+@pytest.mark.parametrize("executors", list(EXECUTOR_LISTS))
+def test_training_through_in_place_updates_of_intermediates(executors):
+    """In-place methods on values that need a gradient: before, the graph was split around
+    them and the fallback part changed a tensor the thunder_core part had saved (autograd raised)."""
+    cfn = compiled(scale_in_place_then_train, executors)
+    for _ in range(2):
+        x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True)
+        expected = scale_in_place_then_train(x, w)
+        expected_grads = torch.autograd.grad(expected, [x, w])
+        actual = cfn(x, w)
+        torch.testing.assert_close(actual, expected)
+        for a, e in zip(torch.autograd.grad(actual, [x, w]), expected_grads):
+            torch.testing.assert_close(a, e)
+
+
+def sgd_step_then_read(p, g):
+    with torch.no_grad():
+        p.add_(g, alpha=-0.1)
+    return (p * 2).sum()
+
+
+@pytest.mark.parametrize("executors", list(EXECUTOR_LISTS))
+def test_an_update_under_no_grad_of_a_leaf_that_requires_grad(executors):
+    cfn = compiled(sgd_step_then_read, executors)
+    p, g = torch.randn(3, requires_grad=True), torch.randn(3)
+    reference = p.detach().clone().requires_grad_()
+    for _ in range(2):
+        actual, expected = cfn(p, g), sgd_step_then_read(reference, g)
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(p, reference)
+        (actual_grad,) = torch.autograd.grad(actual, p)
+        (expected_grad,) = torch.autograd.grad(expected, reference)
+        torch.testing.assert_close(actual_grad, expected_grad)
+        assert p.is_leaf
+
+
+def write_cache_then_attend(cache, position, entry, query):
+    cache.index_copy_(0, position, entry)
+    return torch.softmax(query @ cache.T, dim=-1) @ cache
+
+
+def test_an_in_place_method_of_a_captured_operation_stays_in_the_thunder_core_part():
+    """``cache.index_copy_`` (a static KV cache's write) is captured in the part around it, as
+    ``jit`` captures it: no fallback part, no part boundary (each costs a decoding step its own
+    calls), and the caller's cache is written as eager writes it."""
+    from thunder_core.dynamo.compiler import report_for
+
+    cfn = compiled(write_cache_then_attend, "default")
+    cache, reference = torch.zeros(8, 4), torch.zeros(8, 4)
+    for step in range(3):
+        position, entry, query = torch.tensor([step]), torch.randn(1, 4), torch.randn(2, 4)
+        torch.testing.assert_close(
+            cfn(cache, position, entry, query), write_cache_then_attend(reference, position, entry, query)
+        )
+        torch.testing.assert_close(cache, reference)
+    (graph,) = report_for(cfn).graphs
+    assert [p.owner for p in graph.partitions] == ["thunder_core"]

@@ -27,7 +27,15 @@ from thunder_core.autodiff.registry import NoRule, vjp_rule
 from thunder_core.capture.recorder import Namer, Recorder
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbols import INPLACE, OPAQUE, BoundSymbol, free_inputs, pop_recorder, push_recorder
+from thunder_core.ir.symbols import (
+    INPLACE,
+    NO_GRAD,
+    OPAQUE,
+    BoundSymbol,
+    free_inputs,
+    pop_recorder,
+    push_recorder,
+)
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 from thunder_core.ops.effects import RetainedGrad, call_gradient_hook, register_hook, retain_grad
@@ -50,6 +58,8 @@ class Split:
 
 
 def needs_grad(bsym: BoundSymbol) -> bool:
+    if bsym.symbol.has_tag(NO_GRAD):
+        return False  # run with grad mode off, as eager ran it: autograd does not record it
     inputs = any(isinstance(p, TensorProxy) and p.requires_grad for p in bsym.flat_args())
     if (
         inputs

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import torch
 
+from thunder_core.capture.grad_mode import updates_without_grad, without_grad
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
@@ -148,6 +149,8 @@ class Recorder:
                 kwargs["dtype"] = output.dtype
             if kwargs.get("device") is None:
                 kwargs["device"] = output.device
+        if updates_without_grad(symbol.has_tag(INPLACE), args, kwargs):
+            symbol = without_grad(symbol)  # p.add_(g) under no_grad on a p that requires grad
         subsymbols = []
         if symbol.decomposition is not None and not symbol.has_tag(INPLACE):
             subsymbols = self.decompose(symbol, args, kwargs, output)

@@ -78,6 +78,16 @@ def _target_name(node: fx.Node) -> str:
     return torch_path(target) or getattr(target, "__qualname__", None) or repr(target)
 
 
+def _updates_in_place_what_a_symbol_computes(name: str) -> bool:
+    """``x.index_copy_(...)`` when ``x.index_copy`` is a thunder_core symbol: capture records the
+    update as an in-place call that the torch executor runs (as ``jit`` does), in the part
+    around it. Splitting the graph there would only add a fallback part and a part boundary
+    (each with its own call overhead) around an operation the fallback runs the same way."""
+    if not name.endswith("_") or name.startswith("_"):
+        return False
+    return lookup(getattr(torch.Tensor, name[:-1], None)) is not None
+
+
 def support(node: fx.Node) -> SplitReason | None:
     """None if thunder_core captures ``node`` as its own symbol(s), else why not."""
     if node.op in ("placeholder", "output", "get_attr"):
@@ -88,6 +98,8 @@ def support(node: fx.Node) -> SplitReason | None:
     if node.op == "call_method":
         method = getattr(torch.Tensor, target, None)
         if (method is not None and lookup(method) is not None) or target in _METADATA_METHODS:
+            return None
+        if _updates_in_place_what_a_symbol_computes(target):
             return None
         return SplitReason(node.name, _target_name(node), "no thunder_core symbol for this Tensor method")
     if target in _BOOKKEEPING:

@@ -160,7 +160,7 @@ class Printer:
         return f"{self.callee(bsym)}({', '.join(args)})"
 
     def bound_symbol(self, bsym: BoundSymbol, indent: str, depth: int, comment: bool = False) -> list[str]:
-        from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, OPAQUE
+        from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, NO_GRAD, OPAQUE
 
         if bsym.symbol.name == "del":
             names = ", ".join(p.name for p in bsym.flat_args())
@@ -175,6 +175,8 @@ class Printer:
             notes.append("opaque: no thunder_core symbol, run by the torch executor")
         if bsym.symbol.has_tag(AUTOGRAD_FALLBACK):
             notes.append("autodiff: no VJP rule, differentiated by PyTorch autograd")
+        if bsym.symbol.has_tag(NO_GRAD):
+            notes.append(f"{bsym.symbol.printed_name}: grad mode off, as eager ran it")
         if bsym.executor and bsym.executor != "torch" and bsym.executor != "python":
             notes.append(f"executor: {bsym.executor}")
         line = f"{indent}{'# ' if comment else ''}{statement}"

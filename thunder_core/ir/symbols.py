@@ -20,6 +20,7 @@ WHOLE = "whole"  # a fused kernel: claimed whole or run whole by torch, never sp
 RECOMPUTE = "recompute"  # recomputed in the backward from its inputs rather than saved (a gather of a shard)
 PROGRAM = "program"  # calls another compiled trace (a repeated block's program), which has its own ranges
 EFFECT = "effect"  # acts outside its outputs (a hook registered, a user callback): never dead code
+NO_GRAD = "no_grad"  # recorded with grad mode off (capture.grad_mode): runs with it off, never differentiated
 
 
 class _Recorders(threading.local):
