@@ -293,6 +293,73 @@ def test_a_value_computed_under_no_grad_stays_out_of_a_gradient_pytorch_autograd
     assert any("PyTorch autograd records the whole program" in n for n in thunder_core.explain(jf).notes)
 
 
+def _setitem_then_view_as(w, m):
+    buf = torch.zeros(2, 3)
+    buf[0] = w  # buf needs a gradient now, though the call returns nothing
+    return buf.view_as(m).sum() + (w * 2).sum()
+
+
+def _setitem_then_scale_under_no_grad(w, m):
+    buf = torch.zeros(2, 3)
+    buf[0] = w
+    with torch.no_grad():
+        buf.mul_(2)  # autograd does not see it: w's gradient stays 1
+    return buf.sum() + m.sum()
+
+
+def _region_under_no_grad(w, m):
+    with torch.no_grad():
+        y = m @ w.T
+    return y  # requires no grad, as in eager
+
+
+def _update_of_a_value_the_gradient_reads(w, m):
+    y = m @ w.T
+    with torch.no_grad():
+        w.sub_(1.0)  # eager's backward raises: w was saved by the matmul
+    return y.sum()
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _setitem_then_view_as,
+        _setitem_then_scale_under_no_grad,
+        _region_under_no_grad,
+        _update_of_a_value_the_gradient_reads,
+    ],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_grad_mode_regions_match_eager_where_requires_grad_is_set_late(fn, executors):
+    """Which operations ran under no_grad is recorded as capture runs them, not read from
+    proxies' requires_grad (``buf[0] = w`` makes ``buf`` need a gradient without returning it)."""
+
+    def outcome(f, w, m):
+        try:
+            out = f(w, m)
+            if out.requires_grad:
+                out.sum().backward()
+            return out.detach(), out.requires_grad, w.grad, m.grad
+        except RuntimeError as error:
+            return type(error)
+
+    torch.manual_seed(0)
+    w, m = torch.randn(3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
+    if fn in (_region_under_no_grad, _update_of_a_value_the_gradient_reads):
+        w = torch.randn(3, 3, requires_grad=True)
+    mine = [t.detach().clone().requires_grad_() for t in (w, m)]
+    expected = outcome(fn, w, m)
+    actual = outcome(thunder_core.jit(fn, executors=executors), *mine)
+    if isinstance(expected, type):
+        assert actual is expected
+        return
+    assert actual[1] == expected[1]
+    for a, e in zip(actual[:1] + actual[2:], expected[:1] + expected[2:]):
+        assert (a is None) == (e is None)
+        if e is not None:
+            assert_same(a, e)
+
+
 # Hooks.
 def test_forward_hooks_registered_after_jit_and_removed(executors):
     torch.manual_seed(0)

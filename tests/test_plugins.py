@@ -232,7 +232,7 @@ def test_a_pyproject_that_only_depends_on_thunder_core_configures_nothing(tmp_pa
 
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "app"\ndependencies = ["thunder-core"]\n')
     assert find_config_file(tmp_path) == (tmp_path / "pyproject.toml", {})
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "app"\n')  # not parsed at all
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "app"\nbroken = \n')  # not parsed at all
     assert find_config_file(tmp_path) == (tmp_path / "pyproject.toml", {})
 
 

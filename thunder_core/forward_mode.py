@@ -480,7 +480,7 @@ def pushforward(fn, primals: tuple, tangents: tuple, has_aux: bool):
         )
         push.bind(stand_in, primal, tangent if _differentiable(primal) else None)
         stand_ins.append(stand_in)
-    inner = Recorder(recorder.namer, top_level=recorder.top_level)
+    inner = Recorder(recorder.namer, top_level=recorder.top_level, grad_on_at_call=recorder.grad_on_at_call)
     push_recorder(inner)
     try:
         result = fn(*pytree.tree_unflatten(stand_ins, spec))

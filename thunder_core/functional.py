@@ -89,7 +89,9 @@ class _Differentiated:
                 strides=leaf.stride(),
             )
             self.inputs.append(stand_ins[i])
-        inner = Recorder(recorder.namer, top_level=recorder.top_level)
+        inner = Recorder(
+            recorder.namer, top_level=recorder.top_level, grad_on_at_call=recorder.grad_on_at_call
+        )
         push_recorder(inner)
         try:
             with torch.enable_grad():  # a transform differentiates under any outer grad mode, as torch.func's
@@ -312,7 +314,7 @@ def _pushed_forward(fn: Callable, primals: tuple, tangents: tuple, has_aux: bool
     from thunder_core.forward_mode import pushforward
 
     recorder = active_recorder()
-    scratch = Recorder(recorder.namer, top_level=recorder.top_level)
+    scratch = Recorder(recorder.namer, top_level=recorder.top_level, grad_on_at_call=recorder.grad_on_at_call)
     push_recorder(scratch)
     try:
         outputs, output_tangents, aux, spec = pushforward(fn, primals, tangents, has_aux)
@@ -437,7 +439,7 @@ def _batched_call(fn: Callable, args: tuple, kwargs: dict, in_dims, out_dims, ra
 
         for stand_in, leaf, dim in batched_leaves:
             batcher.bind(stand_in, leaf if dim == 0 else _call("movedim", leaf, dim, 0), True)
-    inner = Recorder(recorder.namer, top_level=recorder.top_level)
+    inner = Recorder(recorder.namer, top_level=recorder.top_level, grad_on_at_call=recorder.grad_on_at_call)
     push_recorder(inner)
     try:
         result = fn(*stand_in_args, **kwargs)

@@ -40,6 +40,7 @@ from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 from thunder_core.ops.effects import RetainedGrad, call_gradient_hook, register_hook, retain_grad
 from thunder_core.transforms.replay import all_names
+from thunder_core.transforms.updates import written_arguments
 
 
 class NotDifferentiable(ThunderCoreError):
@@ -86,9 +87,18 @@ class _Replay:
         self.renamed: dict[int, object] = {}
         self.names: dict[str, str] = {}
         self.steps: list[tuple[object, object]] = []
+        self.read_by_gradient: set[str] = set()  # tensors that a differentiated operation reads
 
     def process(self, bsym: BoundSymbol, source) -> None:
         bsym = bsym.substitute(self.renamed)
+        if bsym.symbol.has_tag(INPLACE) and self.read_by_gradient:
+            changed = [p.name for p in written_arguments(bsym)]
+            if any(name in self.read_by_gradient for name in changed):
+                # A backward reading it would see the new value: PyTorch autograd, recording the
+                # whole program, checks such updates as in eager (it raises if the value was saved).
+                raise NotDifferentiable(
+                    f"{bsym.symbol.printed_name} updates in place a value that an earlier operation's gradient reads"
+                )
         if bsym.symbol is register_hook or bsym.symbol is retain_grad:
             tensor = bsym.args[0]
             if tensor.name not in self.inputs:  # inputs: the call runs on the real tensor (kept below)
@@ -100,6 +110,7 @@ class _Replay:
         if not needs_grad(bsym):
             self.recorder.bound_symbols.append(bsym)
             return
+        self.read_by_gradient.update(p.name for p in bsym.flat_args() if isinstance(p, TensorProxy))
         if bsym.symbol.has_tag(INPLACE):
             raise NotDifferentiable(f"in-place {bsym.symbol.printed_name} on a value that needs a gradient")
         if _touches_complex(bsym):

@@ -80,7 +80,7 @@ def _recorded(module: nn.Module, forward, symbol: Symbol):
         else:
 
             def record():
-                inner = _BlockRecorder(outer.namer, top_level=True)
+                inner = _BlockRecorder(outer.namer, top_level=True, grad_on_at_call=outer.grad_on_at_call)
                 push_recorder(inner)
                 try:
                     out = forward(*args, **kwargs)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import torch
 
-from thunder_core.capture.grad_mode import updates_without_grad, without_grad
+from thunder_core.capture.grad_mode import as_recorded
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
@@ -88,9 +88,11 @@ def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:
 class Recorder:
     """Collects bound symbols; nested recorders collect decompositions (subsymbols)."""
 
-    def __init__(self, namer: Namer, *, top_level: bool):
+    def __init__(self, namer: Namer, *, top_level: bool, grad_on_at_call: bool | None = None):
         self.namer = namer
         self.top_level = top_level
+        # Grad mode when the captured function was called (capture.grad_mode)
+        self.grad_on_at_call = torch.is_grad_enabled() if grad_on_at_call is None else grad_on_at_call
         self.bound_symbols: list[BoundSymbol] = []
 
     def new_proxy(self, shape, dtype, device, requires_grad=False, strides=None) -> TensorProxy:
@@ -149,8 +151,8 @@ class Recorder:
                 kwargs["dtype"] = output.dtype
             if kwargs.get("device") is None:
                 kwargs["device"] = output.device
-        if updates_without_grad(symbol.has_tag(INPLACE), args, kwargs):
-            symbol = without_grad(symbol)  # p.add_(g) under no_grad on a p that requires grad
+        if self.top_level:
+            symbol = as_recorded(symbol, self.grad_on_at_call)  # a no_grad region's operations
         subsymbols = []
         if symbol.decomposition is not None and not symbol.has_tag(INPLACE):
             subsymbols = self.decompose(symbol, args, kwargs, output)

@@ -148,10 +148,9 @@ def before_python_meta_kernels() -> None:
     with _lock:
         if _ready or _depth == 0:
             return
-        _ready = True
-        if "torch._dynamo" in sys.modules:
-            return
-        try:
-            _install()
-        except Exception:  # noqa: BLE001 - private PyTorch structure; without it only speed differs
-            _remove()
+        if "torch._dynamo" not in sys.modules:
+            try:
+                _install()
+            except Exception:  # noqa: BLE001 - private PyTorch structure; without it only speed differs
+                _remove()
+        _ready = True  # after installing: a thread that reads it without the lock finds them in place

@@ -15,6 +15,7 @@ import torch
 from torch import fx
 
 from thunder_core.ops.registry import lookup, torch_path
+from thunder_core.ops.shapes import VIEW_OPS
 
 # Python-level nodes Dynamo emits that capture handles without a symbol of their own (PyTorch's
 # usage logging included: it reads no tensor and changes nothing the program sees).
@@ -78,6 +79,9 @@ def _target_name(node: fx.Node) -> str:
     return torch_path(target) or getattr(target, "__qualname__", None) or repr(target)
 
 
+_CHANGES_MORE_THAN_VALUES = frozenset({"as_strided_", "detach_"})
+
+
 def _updates_in_place_what_a_symbol_computes(name: str) -> bool:
     """``x.index_copy_(...)`` when ``x.index_copy`` is a thunder_core symbol: capture records the
     update as an in-place call that the torch executor runs (as ``jit`` does), in the part
@@ -85,7 +89,10 @@ def _updates_in_place_what_a_symbol_computes(name: str) -> bool:
     (each with its own call overhead) around an operation the fallback runs the same way."""
     if not name.endswith("_") or name.startswith("_"):
         return False
-    return lookup(getattr(torch.Tensor, name[:-1], None)) is not None
+    entry = lookup(getattr(torch.Tensor, name[:-1], None))
+    # An in-place view (``t_``, ``unsqueeze_``, ``as_strided_``) changes the tensor's sizes, which
+    # capture refuses, and ``detach_`` its autograd history: the fallback part runs them.
+    return entry is not None and entry[0].name not in VIEW_OPS and name not in _CHANGES_MORE_THAN_VALUES
 
 
 def support(node: fx.Node) -> SplitReason | None:

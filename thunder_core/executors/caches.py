@@ -24,7 +24,7 @@ from thunder_core.ir.tree import leaves, tree_map
 
 DEFAULT_CACHE_BYTES = 32 * 2**20  # when the system does not say
 SMALL_INPUT_BYTES = 2**20  # inputs smaller than this are most likely cached in the program too
-COLD_WEIGHT_BYTES = 2**16  # ...but not a parameter this large: read once per call of the program
+COLD_WEIGHT_BYTES = 2**16  # a parameter this large is cold in the program whatever the inputs' size
 
 
 def last_level_cache_bytes() -> int:
@@ -73,11 +73,11 @@ class ColdInputs:
 
     The copies together hold at least the largest cache's size. Inputs smaller than
     ``SMALL_INPUT_BYTES`` in all are not copied: a value that small was most likely just written
-    by the operation before, and is in the cache in the program too. Unless one is a parameter:
-    the program reads each weight once per call, after the rest of the call has pushed it out
-    (parameters of at least ``COLD_WEIGHT_BYTES``)
-    (timed on a cached 688x256 weight, a decoding step's one-row linear took torch 52 us and
-    Numba's kernel 59 us; on cold copies 113 us and 52 us, as in the program). Views with gaps or overlaps
+    by the operation before, and is in the cache in the program too. Inputs with a parameter of
+    at least ``COLD_WEIGHT_BYTES`` are copied whatever their size: the program reads each weight
+    once per call, after the rest of the call has pushed it out. Timed on a cached 688x256
+    weight, a decoding step's one-row linear took torch 52 us and Numba's kernel 59 us; on cold
+    copies, 113 us and 52 us, as in the program. Views with gaps or overlaps
     (a slice of a larger buffer, an expanded tensor) and tensors of other devices or subclasses
     are passed as they are. The copies live as long as this object.
     """

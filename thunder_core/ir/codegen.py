@@ -176,7 +176,7 @@ class Printer:
         if bsym.symbol.has_tag(AUTOGRAD_FALLBACK):
             notes.append("autodiff: no VJP rule, differentiated by PyTorch autograd")
         if bsym.symbol.has_tag(NO_GRAD):
-            notes.append(f"{bsym.symbol.printed_name}: grad mode off, as eager ran it")
+            notes.append("grad mode off, as eager ran it")
         if bsym.executor and bsym.executor != "torch" and bsym.executor != "python":
             notes.append(f"executor: {bsym.executor}")
         line = f"{indent}{'# ' if comment else ''}{statement}"

@@ -23,7 +23,6 @@ from thunder_core import progress
 from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, split_forward_backward
 from thunder_core.capture import capture
 from thunder_core.capture.blocks import block_input_names, has_blocks
-from thunder_core.capture.grad_mode import keep_grad_off
 from thunder_core.capture.without_dynamo import python_meta_kernels_without_dynamo
 from thunder_core.executors.claiming import assign_executors
 from thunder_core.executors.failures import strictness
@@ -285,8 +284,6 @@ def _compile(
             if not autodiff_fallback:
                 raise
             notes.append(f"autodiff: PyTorch autograd records the whole program ({reason})")
-            traces.append(keep_grad_off(prepared))  # what eager ran under no_grad, autograd must not record
-            prepared = traces[-1]
             # Only torch ops are recorded by PyTorch autograd: other executors' kernels would
             # silently drop gradients, so the torch executor runs everything here.
             job = _torch_only(job)
