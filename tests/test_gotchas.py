@@ -320,6 +320,20 @@ def _update_of_a_value_the_gradient_reads(w, m):
     return y.sum()
 
 
+def _update_through_the_base_of_a_saved_view(w, m):
+    y = m * w[0]
+    with torch.no_grad():
+        w.T.mul_(0.5)  # eager's backward raises: a view of w was saved
+    return y.sum()
+
+
+def _cache_written_after_attention_read_it(w, m):
+    scores = m @ w.T
+    with torch.no_grad():
+        w.detach().index_copy_(0, torch.tensor([0]), m[:1])
+    return scores.sum()
+
+
 @pytest.mark.parametrize(
     "fn",
     [
@@ -327,6 +341,8 @@ def _update_of_a_value_the_gradient_reads(w, m):
         _setitem_then_scale_under_no_grad,
         _region_under_no_grad,
         _update_of_a_value_the_gradient_reads,
+        _update_through_the_base_of_a_saved_view,
+        _cache_written_after_attention_read_it,
     ],
     ids=lambda f: f.__name__.strip("_"),
 )
@@ -345,7 +361,7 @@ def test_grad_mode_regions_match_eager_where_requires_grad_is_set_late(fn, execu
 
     torch.manual_seed(0)
     w, m = torch.randn(3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
-    if fn in (_region_under_no_grad, _update_of_a_value_the_gradient_reads):
+    if fn is not _setitem_then_view_as and fn is not _setitem_then_scale_under_no_grad:
         w = torch.randn(3, 3, requires_grad=True)
     mine = [t.detach().clone().requires_grad_() for t in (w, m)]
     expected = outcome(fn, w, m)
@@ -358,6 +374,50 @@ def test_grad_mode_regions_match_eager_where_requires_grad_is_set_late(fn, execu
         assert (a is None) == (e is None)
         if e is not None:
             assert_same(a, e)
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        lambda m: m.view(-1).mul_(0),
+        lambda m: m.T.mul_(0),
+        lambda m: m.index_copy_(0, torch.tensor([0]), m[1:2] * 0),
+    ],
+    ids=["through-view", "through-T", "index_copy"],
+)
+def test_an_update_of_a_value_a_gradient_reads_raises_as_in_eager(update, executors):
+    """The compiled backward would read the updated value (a silently wrong gradient); eager's
+    autograd raises at backward, and so does the program PyTorch autograd records instead."""
+
+    def fn(x, m):
+        y = x * m
+        update(m)
+        return y.sum()
+
+    x, m = torch.randn(2, 2, requires_grad=True), torch.randn(2, 2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        fn(x, m.clone()).backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        thunder_core.jit(fn, executors=executors)(x, m.clone()).backward()
+
+
+def test_operations_of_a_no_grad_region_are_claimed_as_any_other():
+    """They run under no_grad when the torch executor runs them; a fusion executor fuses them
+    as it would outside the region (an evaluation step inside a function called with grad on)."""
+
+    def evaluate(x, w):
+        with torch.no_grad():
+            return torch.nn.functional.gelu(x @ w * 2 + 1).sum(-1)
+
+    x, w = torch.randn(16, 16), torch.randn(16, 16, requires_grad=True)
+    jf = thunder_core.jit(evaluate, executors=DEFAULT_EXECUTORS)
+    out = jf(x, w)
+    assert_same(out, evaluate(x, w))
+    assert not out.requires_grad
+    explanation = thunder_core.explain(jf)
+    (mul,) = explanation.for_symbol("_no_grad_torch_mul")  # as the trace calls it
+    assert mul.executor in ("inductor", "(decomposed)")  # its prims then: fused
+    assert {r.executor for r in explanation.for_symbol("prims.mul")} == {"inductor"}
 
 
 # Hooks.

@@ -13,9 +13,12 @@ the mode itself matters at run time:
   without returning it), so which operations ran under ``no_grad`` cannot be told from proxies.
 
 So capture records each operation of a ``no_grad`` region inside a function called with grad
-mode on as its ``without_grad`` variant: the same operation, run under ``torch.no_grad()``,
-which autodiff leaves out of the gradient. (A function called under ``no_grad`` records plain
-operations: the whole program runs with grad mode off, and executors claim them as usual.)
+mode on as its ``without_grad`` variant: the same operation (same name, decomposition and
+metadata), run by the torch executor under ``torch.no_grad()``, which autodiff leaves out of the
+gradient. Executors claim a variant as they claim the operation (``Symbol.plain``), except an
+in-place one: grad mode matters to how torch runs it, not to a fused kernel, and the program
+PyTorch autograd records whole runs the torch executor alone. (A function called under
+``no_grad`` records plain operations: the whole program runs with grad mode off.)
 """
 
 from __future__ import annotations
@@ -58,13 +61,10 @@ def without_grad(symbol: Symbol) -> Symbol:
         if variant is None:
             variant = dataclasses.replace(
                 symbol,
-                name=f"no_grad({symbol.name})",
                 impl=_UnderNoGrad(symbol.impl),
                 printed_name=f"no_grad({symbol.printed_name})",
-                is_prim=False,
-                decomposition=None,
                 tags=symbol.tags | {NO_GRAD},
-                vjp=None,
+                plain=symbol,
             )
             _variants[symbol] = variant
     return variant

@@ -16,7 +16,7 @@ from thunder_core.executors.fusion import fuse_regions
 from thunder_core.executors.regions import Region, RegionNotSupported, flatten_to_prims
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbolic import SYMBOLIC_TYPES, has_symbolic_shape
-from thunder_core.ir.symbols import BoundSymbol, Symbol
+from thunder_core.ir.symbols import INPLACE, BoundSymbol, Symbol
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
 
@@ -184,10 +184,13 @@ class OperatorExecutor(Executor):
         return resolved
 
     def implementation_for(self, symbol: Symbol) -> Implementation | None:
-        return self.implementations.get(symbol)
+        found = self.implementations.get(symbol)
+        if found is None and symbol.plain is not None and not symbol.has_tag(INPLACE):
+            found = self.implementations.get(symbol.plain)  # an operation of a no_grad region
+        return found
 
     def claimed(self, bsym: BoundSymbol) -> BoundSymbol:
-        impl = self.implementations[bsym.symbol]
+        impl = self.implementation_for(bsym.symbol)
         name = f"{self.name}_{bsym.symbol.name}"
         return bsym.replace(executor=self.name, impl=impl.fn, impl_name=name)
 

@@ -66,6 +66,9 @@ class Symbol:
     # For an op that updates some arguments only in some calls (batch_norm's running statistics
     # in training): given the bound symbol, whether this call does. Such a call is impure.
     updates_arguments: Callable[[Any], bool] | None = None
+    # For a NO_GRAD variant (capture.grad_mode): the symbol it runs under no_grad, which executors
+    # claim in its place.
+    plain: Symbol | None = None
 
     def __call__(self, *args, **kwargs):
         recorder = active_recorder()

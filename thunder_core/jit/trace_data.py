@@ -37,6 +37,8 @@ _FORMATS = {str(m): m for m in vars(torch).values() if isinstance(m, (torch.memo
 def _symbol_data(symbol: Symbol, kwargs: dict) -> list:
     if symbol is delete_symbol:
         return ["del"]
+    if symbol.plain is not None:  # an operation of a no_grad region (capture.grad_mode)
+        return ["no_grad", *_symbol_data(symbol.plain, kwargs)]
     if symbol.is_prim and PRIMS.get(symbol.name) is symbol:
         return ["prim", symbol.name]
     if TORCH_SYMBOLS.get(symbol.name) is symbol:
@@ -67,6 +69,10 @@ def _symbol_from(data: list, kwargs: dict) -> Symbol:
     kind = data[0]
     if kind == "del":
         return delete_symbol
+    if kind == "no_grad":
+        from thunder_core.capture.grad_mode import without_grad
+
+        return without_grad(_symbol_from(data[1:], kwargs))
     if kind == "prim":
         return PRIMS[data[1]]
     if kind == "torch":
