@@ -164,7 +164,7 @@ def _add_operations(found: Examination, jitted) -> None:
 
 def _count(found: Examination, trace, times: int) -> None:
     for bsym in trace.bound_symbols:
-        name = bsym.symbol.printed_name
+        name = _operation(bsym.symbol)
         if bsym.symbol.name == "del":
             continue
         if bsym.symbol.has_tag(BLOCK):
@@ -179,7 +179,12 @@ def _count(found: Examination, trace, times: int) -> None:
 def _count_subsymbols(found: Examination, subsymbols, times: int) -> None:
     for sub in subsymbols:
         counter = found.opaque if sub.symbol.has_tag(OPAQUE) else found.native
-        counter[sub.symbol.printed_name] += times
+        counter[_operation(sub.symbol)] += times
+
+
+def _operation(symbol) -> str:
+    """The operation a symbol runs (an operation of a ``no_grad`` region counts as itself)."""
+    return (symbol.plain or symbol).printed_name
 
 
 def _compare(found: Examination, expected, result, reference, candidate) -> None:
