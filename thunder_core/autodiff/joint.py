@@ -39,9 +39,8 @@ from thunder_core.ir.symbols import (
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ir.tree import leaves
 from thunder_core.ops.effects import RetainedGrad, call_gradient_hook, register_hook, retain_grad
-from thunder_core.ops.shapes import VIEW_OPS
 from thunder_core.transforms.replay import all_names
-from thunder_core.transforms.updates import written_arguments
+from thunder_core.transforms.updates import Aliases, written_arguments
 
 
 class NotDifferentiable(ThunderCoreError):
@@ -89,29 +88,14 @@ class _Replay:
         self.names: dict[str, str] = {}
         self.steps: list[tuple[object, object]] = []
         self.read_by_gradient: set[str] = set()  # alias roots of what differentiated operations read
-        self._view_of: dict[str, str] = {}  # a view or in-place result -> the tensor it aliases
-
-    def _root(self, name: str) -> str:
-        while name in self._view_of:
-            name = self._view_of[name]
-        return name
-
-    def _note_aliases(self, bsym: BoundSymbol) -> None:
-        tensors = [p for p in bsym.flat_args() if isinstance(p, TensorProxy)]
-        view = bsym.symbol.name in VIEW_OPS or (
-            bsym.subsymbols and all(sub.symbol.name in VIEW_OPS for sub in bsym.subsymbols)
-        )  # ``x.T`` decomposes into a permute
-        if tensors and (view or bsym.symbol.has_tag(INPLACE)):
-            root = self._root(tensors[0].name)
-            for out in bsym.flat_outputs():
-                if isinstance(out, TensorProxy) and out.name != root:
-                    self._view_of.setdefault(out.name, root)
+        self.aliases = Aliases()
 
     def process(self, bsym: BoundSymbol, source) -> None:
         bsym = bsym.substitute(self.renamed)
-        self._note_aliases(bsym)
+        tensors = [p.name for p in bsym.flat_args() if isinstance(p, TensorProxy)]
+        self.aliases.note(bsym, tensors)
         if bsym.symbol.has_tag(INPLACE) and self.read_by_gradient:
-            changed = [self._root(p.name) for p in written_arguments(bsym)]
+            changed = [self.aliases.root(p.name) for p in written_arguments(bsym)]
             if any(name in self.read_by_gradient for name in changed):
                 # A backward reading it would see the new value: PyTorch autograd, recording the
                 # whole program, checks such updates as in eager (it raises if the value was saved).
@@ -129,9 +113,7 @@ class _Replay:
         if not needs_grad(bsym):
             self.recorder.bound_symbols.append(bsym)
             return
-        self.read_by_gradient.update(
-            self._root(p.name) for p in bsym.flat_args() if isinstance(p, TensorProxy)
-        )
+        self.read_by_gradient.update(self.aliases.root(name) for name in tensors)
         if bsym.symbol.has_tag(INPLACE):
             raise NotDifferentiable(f"in-place {bsym.symbol.printed_name} on a value that needs a gradient")
         if _touches_complex(bsym):

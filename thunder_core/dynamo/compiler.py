@@ -24,7 +24,7 @@ import torch
 import torch.fx.passes.split_module
 from torch import fx
 
-from thunder_core.dynamo.split import Partition, partition
+from thunder_core.dynamo.split import Partition, is_inplace_view, partition
 from thunder_core.errors import CaptureError, DataDependentError
 from thunder_core.ir.symbolic import solve_linear
 from thunder_core.jit.dynamic import ArgumentDims
@@ -203,15 +203,9 @@ def _changes_metadata_in_place(gm: fx.GraphModule) -> bool:
             return True
         if node.op in ("call_method", "call_function"):
             name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-            if isinstance(name, str) and _is_inplace_view(name.split(".")[0]):
+            if isinstance(name, str) and is_inplace_view(name.split(".")[0]):
                 return True
     return False
-
-
-def _is_inplace_view(name: str) -> bool:
-    packet = getattr(torch.ops.aten, name, None) if name.endswith("_") else None
-    overloads = packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ()
-    return any(torch.Tag.inplace_view in getattr(packet, o).tags for o in overloads)
 
 
 def _example_inputs(gm: fx.GraphModule) -> list | None:

@@ -15,7 +15,6 @@ import torch
 from torch import fx
 
 from thunder_core.ops.registry import lookup, torch_path
-from thunder_core.ops.shapes import VIEW_OPS
 
 # Python-level nodes Dynamo emits that capture handles without a symbol of their own (PyTorch's
 # usage logging included: it reads no tensor and changes nothing the program sees).
@@ -79,20 +78,23 @@ def _target_name(node: fx.Node) -> str:
     return torch_path(target) or getattr(target, "__qualname__", None) or repr(target)
 
 
-_CHANGES_MORE_THAN_VALUES = frozenset({"as_strided_", "detach_"})
+def is_inplace_view(name: str) -> bool:
+    """``t_``, ``unsqueeze_``, ``as_strided_``, ``detach_``...: ATen tags them ``inplace_view``
+    (they change a tensor's sizes, strides or autograd history, not its values)."""
+    packet = getattr(torch.ops.aten, name, None) if name.endswith("_") else None
+    overloads = packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ()
+    return any(torch.Tag.inplace_view in getattr(packet, o).tags for o in overloads)
 
 
 def _updates_in_place_what_a_symbol_computes(name: str) -> bool:
     """``x.index_copy_(...)`` when ``x.index_copy`` is a thunder_core symbol: capture records the
     update as an in-place call that the torch executor runs (as ``jit`` does), in the part
     around it. Splitting the graph there would only add a fallback part and a part boundary
-    (each with its own call overhead) around an operation the fallback runs the same way."""
-    if not name.endswith("_") or name.startswith("_"):
+    (each with its own call overhead) around an operation the fallback runs the same way. An
+    in-place view is left to the fallback: capture refuses a change of sizes."""
+    if not name.endswith("_") or name.startswith("_") or is_inplace_view(name):
         return False
-    entry = lookup(getattr(torch.Tensor, name[:-1], None))
-    # An in-place view (``t_``, ``unsqueeze_``, ``as_strided_``) changes the tensor's sizes, which
-    # capture refuses, and ``detach_`` its autograd history: the fallback part runs them.
-    return entry is not None and entry[0].name not in VIEW_OPS and name not in _CHANGES_MORE_THAN_VALUES
+    return lookup(getattr(torch.Tensor, name[:-1], None)) is not None
 
 
 def support(node: fx.Node) -> SplitReason | None:

@@ -86,10 +86,9 @@ class ColdInputs:
         copied = [x for x in leaves((args, kwargs)) if _copyable(x)]
         size = sum(x.nbytes for x in copied)
         cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
-        weights = any(isinstance(x, torch.nn.Parameter) and x.nbytes >= COLD_WEIGHT_BYTES for x in copied)
-        if (
-            size < SMALL_INPUT_BYTES and not weights
-        ) or size >= cache_bytes:  # cached in the program / not cacheable
+        weight = any(isinstance(x, torch.nn.Parameter) and x.nbytes >= COLD_WEIGHT_BYTES for x in copied)
+        cached_in_program = size < SMALL_INPUT_BYTES and not weight
+        if cached_in_program or size >= cache_bytes:  # (or too large to be cached at all)
             self._ring = [(args, kwargs)]
         else:
             count = -(-cache_bytes // size) + 1  # the others fill the cache between two reads of one

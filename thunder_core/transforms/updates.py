@@ -50,6 +50,30 @@ def written_arguments(step: BoundSymbol) -> list[TensorProxy]:
     return []
 
 
+class Aliases:
+    """Which tensor each name may alias, learned operation by operation: the result of a view
+    (``x.T`` too, whose decomposition is a permute) or of an in-place operation aliases the
+    (first) tensor it views or writes."""
+
+    def __init__(self):
+        self._parent: dict[str, str] = {}
+
+    def root(self, name: str) -> str:
+        while self._parent.get(name, name) != name:
+            name = self._parent[name]
+        return name
+
+    def note(self, step: BoundSymbol, tensors: list[str]) -> None:
+        symbol = step.symbol
+        view = symbol.name in VIEW_OPS or (
+            step.subsymbols and all(sub.symbol.name in VIEW_OPS for sub in step.subsymbols)
+        )
+        if tensors and (view or symbol.has_tag(INPLACE)):
+            for out in step.flat_outputs():
+                if isinstance(out, TensorProxy) and self.root(out.name) != self.root(tensors[0]):
+                    self._parent[self.root(out.name)] = self.root(tensors[0])
+
+
 def updated_in_place(bsyms: list[BoundSymbol], start: int = 0, stop: int | None = None) -> set[str]:
     """Names of the tensors that an operation of ``bsyms[start:stop]`` (or of their subsymbols)
     may update in place (what an in-place op writes; every tensor argument of an op that updates
@@ -58,13 +82,7 @@ def updated_in_place(bsyms: list[BoundSymbol], start: int = 0, stop: int | None 
     of (anywhere in ``bsyms``)."""
     within = {id(s) for s in _steps(bsyms[start:stop])}
     steps = list(_steps(bsyms))
-    parent: dict[str, str] = {}
-
-    def root(name: str) -> str:
-        while parent.get(name, name) != name:
-            name = parent[name]
-        return name
-
+    aliases = Aliases()
     updated = []
     for step in steps:
         tensors = [p.name for p in step.flat_args() if isinstance(p, TensorProxy)]
@@ -76,17 +94,14 @@ def updated_in_place(bsyms: list[BoundSymbol], start: int = 0, stop: int | None 
             tensors = [p.name for p in written_arguments(step)]  # the others are only read
         if (effect or symbol.has_tag(INPLACE)) and id(step) in within:
             updated.extend(tensors)
-        if tensors and (symbol.name in VIEW_OPS or symbol.has_tag(INPLACE)):
-            for out in step.flat_outputs():  # the result aliases the (first) tensor it views or writes
-                if isinstance(out, TensorProxy) and root(out.name) != root(tensors[0]):
-                    parent[root(out.name)] = root(tensors[0])
+        aliases.note(step, tensors)
     if not updated:
         return set()
-    roots = {root(name) for name in updated}
+    roots = {aliases.root(name) for name in updated}
     names = {
         p.name
         for step in steps
         for p in (*step.flat_args(), *step.flat_outputs())
         if isinstance(p, TensorProxy)
     }
-    return {name for name in names if root(name) in roots}
+    return {name for name in names if aliases.root(name) in roots}
