@@ -121,6 +121,9 @@ def compiling_in_background(enabled: bool) -> Iterator[None]:
 
 
 def in_background() -> bool:
+    """Whether the calling code runs on the compile worker (a region compiled in the background),
+    where nothing waits for the compile: an executor finishes all of its work there, rather
+    than leaving any of it to the region's first call."""
     return _in_background.get()
 
 

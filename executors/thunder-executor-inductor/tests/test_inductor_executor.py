@@ -544,3 +544,81 @@ def test_a_vector_isa_library_that_loaded_is_not_probed_again_in_the_next_proces
     failed = set(runs[0]["children"]) - set(runs[0]["valid"])  # probed again: only successes are kept
     assert set(runs[1]["children"]) == failed, runs  # the second remembered every load that succeeded
     assert runs[1]["valid"] == runs[0]["valid"]  # and Inductor chose the same ISAs
+
+
+_BUILT_LATER = """
+import json, warnings
+import torch
+import thunder_core
+from thunder_executor_inductor import _backend
+
+pending = []  # kernels still building when each region's first call came
+finish = _backend._finish
+
+
+def counting(modules):
+    pending.append(sum(isinstance(v, _backend._KERNEL_FUTURES) for scope in modules for v in scope.values()))
+    finish(modules)
+
+
+_backend._finish = counting
+f = lambda a: (a.sin() * 2).softmax(-1)
+x = torch.randn(8, 16)
+jf = thunder_core.jit(f, executors=["inductor"])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    results = [jf(x), jf(x)]
+regions = [b for b in thunder_core.last_traces(jf)[-1].bound_symbols if b.executor == "inductor"]
+print(json.dumps({
+    "same": all(torch.allclose(r, f(x)) for r in results),
+    "pending": pending,
+    "failures": [getattr(b.impl, "failure", None) for b in regions],
+    "warnings": [str(w.message)[:200] for w in caught if "thunder_core" in str(w.message)],
+}))
+"""
+
+
+def _run_built_later(tmp_path, **env) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), **env}
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILT_LATER], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_regions_kernels_build_while_the_program_compiles_and_are_bound_at_its_first_call(tmp_path):
+    """The compiler processes of one region run while the next regions compile: the region's
+    compile returns with its kernels still building, its first call waits for them."""
+    result = _run_built_later(tmp_path)
+    assert result["same"] and result["failures"] == [None] and not result["warnings"], result
+    assert result["pending"] and result["pending"][0] >= 1, result  # a kernel was still a future then
+    assert len(result["pending"]) == 1, result  # bound once, not on every call
+
+
+def test_a_kernel_that_fails_to_build_falls_back_to_torch_at_the_regions_first_call(tmp_path):
+    """A kernel build that fails after the compile returned is a failed first run: torch runs
+    the region, with a warning naming the executor and the compiler's error."""
+    import shutil
+
+    real = shutil.which("g++")
+    if real is None:
+        pytest.skip("no g++ on this machine: Inductor compiles no C++ kernel here")
+    wrapper = tmp_path / "bin" / "g++"  # answers everything as g++, but refuses to build kernels
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" -E "*|*" --version "*|*" -dumpversion "*) exec {real} "$@" ;; esac\n'
+        'case "$*" in *.main.cpp*) echo "kernel build refused" >&2; exit 1 ;; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    result = _run_built_later(tmp_path, CXX=str(wrapper))
+    assert result["same"], result  # eager's results, from torch
+    assert result["failures"][0] and "kernel build refused" in result["failures"][0], result
+    assert any("'inductor' failed on its first run" in w for w in result["warnings"]), result

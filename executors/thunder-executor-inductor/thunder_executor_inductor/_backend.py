@@ -12,7 +12,8 @@ import os
 import platform
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 import torch._inductor
@@ -20,6 +21,8 @@ import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs; 
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import TracingContext, tracing
 from torch._inductor import cpu_vec_isa
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.codecache import CodeCacheFuture
 from torch._inductor.compile_fx import compile_fx_inner
 from torch._inductor.decomposition import select_decomp_table
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -31,6 +34,7 @@ from thunder_core.extend import (
     RegionNotSupported,
     SymbolicSizeError,
     TensorProxy,
+    in_background,
     symbolic_examples,
 )
 
@@ -125,6 +129,69 @@ class _LoadsRemembered:
                 os.replace(temporary, self._file)  # whole or not at all, for other processes too
             except OSError:
                 pass
+
+
+_KERNEL_FUTURES = (Future, CodeCacheFuture)
+_deferring = threading.local()  # .modules: a list while a compile leaves its kernel builds running
+_finishing = threading.Lock()
+
+
+def _install_deferred_wait() -> None:
+    """Let a generated module's ``async_compile.wait(globals())`` leave its kernels building.
+
+    Inductor hands each kernel of a graph to its compile pool (C++ compilers, Triton) and the
+    generated module waits for all of them as it loads, inside ``compile_fx_inner``. A region
+    compiled for a program that is still being compiled need not wait there: the wait is moved
+    to the region's first call (``_finish``), so the compiler processes of one region run while
+    the next regions are lowered and traced. Only on the thread that asked for it
+    (``_kernels_built_later``); every other module loads as Inductor loads it.
+    """
+    original = AsyncCompile.wait
+    if getattr(original, "thunder_core_defers", False):
+        return
+
+    def wait(self, scope):
+        modules = getattr(_deferring, "modules", None)
+        if modules is None or getattr(self, "_metal_sources", None):
+            return original(self, scope)
+        if any(isinstance(value, _KERNEL_FUTURES) for value in scope.values()):
+            modules.append(scope)
+        return original(self, {})  # Inductor's end-of-compile bookkeeping, nothing to wait for
+
+    wait.thunder_core_defers = True
+    AsyncCompile.wait = wait
+
+
+@contextmanager
+def _kernels_built_later(modules: list, examples: list):
+    """Compiles in this block leave their kernel builds running; ``modules`` collects the
+    generated modules' globals, to be finished by ``_finish`` before their code runs. Only for
+    regions on the CPU (C++ kernels; a CUDA region's first call may come inside a CUDA graph
+    capture, where loading its kernels is not allowed), not on the compile worker (nothing waits
+    there, and its region should be ready when it is swapped in) and not with autotuning
+    (Inductor runs the candidates it loads during the compile)."""
+    on_cpu = all(x.device.type == "cpu" for x in examples if isinstance(x, torch.Tensor))
+    if not on_cpu or in_background() or torch._inductor.config.max_autotune:
+        yield
+        return
+    _install_deferred_wait()
+    _deferring.modules = modules
+    try:
+        yield
+    finally:
+        _deferring.modules = None
+
+
+def _finish(modules: list) -> None:
+    """Wait for the kernels that ``_kernels_built_later`` left building and bind them in their
+    modules. A kernel that failed to build raises here, at the region's first call, where
+    thunder-core falls back to torch for the region as for any failed first run."""
+    with _finishing:
+        for scope in modules:
+            for key, value in list(scope.items()):
+                if isinstance(value, _KERNEL_FUTURES):
+                    scope[key] = value.result()
+        modules.clear()
 
 
 def compile_region(region, name: str, options: dict):
@@ -271,11 +338,15 @@ def _compile_static(fn, examples: list, options: dict):
             return lambda *args: compiled(*args)
         fake_mode = FakeTensorMode(shape_env=ShapeEnv())
         fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
-        with tracing(TracingContext(fake_mode)):  # cpp_wrapper is an argument here, not read from the config
+        building: list = []
+        # cpp_wrapper is an argument here, not read from the config
+        with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
             compiled = compile_fx_inner(graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper))
     call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
 
     def run(*args):
+        if building:
+            _finish(building)
         return call(list(args))
 
     run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
@@ -292,6 +363,7 @@ def _compile_symbolic(fn, examples: list, options: dict):
     with enable_python_dispatcher():  # symbolic sizes through PyTorch's Python kernels (capture.meta)
         graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
+    building: list = []
     with torch._inductor.config.patch(options):
         if _mutates(graph):
             with enable_python_dispatcher():
@@ -300,13 +372,15 @@ def _compile_symbolic(fn, examples: list, options: dict):
             call = lambda args: compiled(*args)  # noqa: E731
         else:
             fake_mode = examples[0].fake_mode if hasattr(examples[0], "fake_mode") else None
-            with tracing(TracingContext(fake_mode)):
+            with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
                 inner = compile_fx_inner(
                     graph, examples, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
                 )
             call = inner.current_callable  # the generated code, without AOTAutograd's runtime wrappers
 
     def run(*args):
+        if building:
+            _finish(building)
         try:
             return tuple(call(list(args)))
         except AssertionError:  # Inductor's stride assertion: other strides than traced
