@@ -182,6 +182,16 @@ def _kernels_built_later(modules: list, examples: list):
         _deferring.modules = None
 
 
+def _still_building(call, modules: list) -> list:
+    """``modules``, plus the module of ``call`` if its kernels are still building though its code
+    was not loaded in this compile (Inductor reuses a loaded module for the same code)."""
+    scope = getattr(getattr(call, "__func__", call), "__globals__", None)
+    if scope is not None and all(scope is not m for m in modules):
+        if any(isinstance(value, _KERNEL_FUTURES) for value in scope.values()):
+            modules.append(scope)
+    return modules
+
+
 def _finish(modules: list) -> None:
     """Wait for the kernels that ``_kernels_built_later`` left building and bind them in their
     modules. A kernel that failed to build raises here, at the region's first call, where
@@ -343,6 +353,7 @@ def _compile_static(fn, examples: list, options: dict):
         with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
             compiled = compile_fx_inner(graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper))
     call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
+    _still_building(call, building)
 
     def run(*args):
         if building:
@@ -377,6 +388,7 @@ def _compile_symbolic(fn, examples: list, options: dict):
                     graph, examples, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
                 )
             call = inner.current_callable  # the generated code, without AOTAutograd's runtime wrappers
+            _still_building(call, building)
 
     def run(*args):
         if building:
