@@ -37,7 +37,7 @@ from thunder_core.autodiff.fallback import fallback_rule as _fallback_rule
 from thunder_core.autodiff.registry import NoRule, register_vjp
 from thunder_core.capture.symbolic import symbolic_examples
 from thunder_core.errors import CaptureError, ThunderCoreError
-from thunder_core.executors.background import COMPILE_LOCK, in_background
+from thunder_core.executors.background import COMPILE_LOCK, on_compile_worker
 from thunder_core.executors.base import (
     FusionExecutor,
     OperatorExecutor,
@@ -118,11 +118,11 @@ __all__ = [
     "free_inputs",
     "is_impure",
     "get_symbol",
-    "in_background",
     "leaves",
     "library",
     "new_object_proxy",
     "new_tensor_proxy",
+    "on_compile_worker",
     "prim_symbols",
     "recompute_in_backward",
     "register_vjp",

@@ -121,10 +121,18 @@ def compiling_in_background(enabled: bool) -> Iterator[None]:
 
 
 def in_background() -> bool:
-    """Whether the calling code runs on the compile worker (a region compiled in the background),
-    where nothing waits for the compile: an executor finishes all of its work there, rather
-    than leaving any of it to the region's first call."""
+    """Whether the program being compiled hands its fusion regions to the worker thread."""
     return _in_background.get()
+
+
+def on_compile_worker() -> bool:
+    """Whether the calling code runs on the compile worker, compiling a region in the background.
+
+    Nothing waits for a compile there, and the region is swapped in for its torch operations
+    as soon as ``compile_region`` returns: an executor finishes all of its work on the worker
+    rather than leaving any of it to the region's first call, which runs on the caller's thread.
+    """
+    return threading.current_thread() is _worker.thread
 
 
 def wants_background(mode: str, compiled_before: bool) -> bool:

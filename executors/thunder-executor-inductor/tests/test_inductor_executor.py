@@ -547,7 +547,7 @@ def test_a_vector_isa_library_that_loaded_is_not_probed_again_in_the_next_proces
 
 
 _BUILT_LATER = """
-import json, warnings
+import json, os, warnings
 import torch
 import thunder_core
 from thunder_executor_inductor import _backend
@@ -564,10 +564,13 @@ def counting(modules):
 _backend._finish = counting
 f = lambda a: (a.sin() * 2).softmax(-1)
 x = torch.randn(8, 16)
-jf = thunder_core.jit(f, executors=["inductor"])
+background = os.environ.get("BACKGROUND", "never")
+jf = thunder_core.jit(f, executors=["inductor"], compile_in_background=background)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    results = [jf(x), jf(x)]
+    results = [jf(x)]
+    thunder_core.wait_for_compiles()  # with "always": the worker compiled the region meanwhile
+    results += [jf(x), jf(x)]
 regions = [b for b in thunder_core.last_traces(jf)[-1].bound_symbols if b.executor == "inductor"]
 print(json.dumps({
     "same": all(torch.allclose(r, f(x)) for r in results),
@@ -584,7 +587,12 @@ def _run_built_later(tmp_path, **env) -> dict:
     import subprocess
     import sys
 
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), **env}
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "TORCHINDUCTOR_COMPILE_THREADS": "2",  # with one, Inductor builds each kernel as it asks for it
+        **env,
+    }
     done = subprocess.run(
         [sys.executable, "-c", _BUILT_LATER], env=env, capture_output=True, text=True, timeout=300
     )
@@ -599,6 +607,13 @@ def test_a_regions_kernels_build_while_the_program_compiles_and_are_bound_at_its
     assert result["same"] and result["failures"] == [None] and not result["warnings"], result
     assert result["pending"] and result["pending"][0] >= 1, result  # a kernel was still a future then
     assert len(result["pending"]) == 1, result  # bound once, not on every call
+
+
+def test_a_region_compiled_on_the_worker_is_built_before_it_is_swapped_in(tmp_path):
+    """The worker's compile finishes the kernel builds: the caller's thread never waits for them."""
+    result = _run_built_later(tmp_path, BACKGROUND="always")
+    assert result["same"] and result["failures"] == [None] and not result["warnings"], result
+    assert result["pending"] == [], result  # nothing was left building for a first call to wait for
 
 
 def test_a_kernel_that_fails_to_build_falls_back_to_torch_at_the_regions_first_call(tmp_path):

@@ -34,7 +34,7 @@ from thunder_core.extend import (
     RegionNotSupported,
     SymbolicSizeError,
     TensorProxy,
-    in_background,
+    on_compile_worker,
     symbolic_examples,
 )
 
@@ -165,42 +165,52 @@ def _install_deferred_wait() -> None:
 @contextmanager
 def _kernels_built_later(modules: list, examples: list):
     """Compiles in this block leave their kernel builds running; ``modules`` collects the
-    generated modules' globals, to be finished by ``_finish`` before their code runs. Only for
-    regions on the CPU (C++ kernels; a CUDA region's first call may come inside a CUDA graph
-    capture, where loading its kernels is not allowed), not on the compile worker (nothing waits
-    there, and its region should be ready when it is swapped in) and not with autotuning
-    (Inductor runs the candidates it loads during the compile)."""
+    generated modules' globals, to be finished by ``_finish`` before their code runs.
+
+    Only for C++ kernels of regions on the CPU (``_built_now`` finishes any other graph at
+    once: a CUDA region's first call may come inside a CUDA graph capture, where loading its
+    kernels is not allowed); not on the compile worker (nothing waits there, and its region is
+    swapped in as soon as its compile returns); not with autotuning, at compile time or of
+    GEMM templates (Inductor runs what it loads during the compile). A graph that updates a
+    tensor in place goes through ``standalone_compile``, outside this block: its first run
+    must not fail after part of its effect.
+    """
+    config = torch._inductor.config
     on_cpu = all(x.device.type == "cpu" for x in examples if isinstance(x, torch.Tensor))
-    if not on_cpu or in_background() or torch._inductor.config.max_autotune:
+    defer = (
+        on_cpu
+        and not on_compile_worker()
+        and getattr(config, "cpu_backend", "cpp") == "cpp"
+        and not config.max_autotune
+        and not getattr(config.triton, "autotune_at_compile_time", False)
+    )
+    if not defer:
         yield
         return
     _install_deferred_wait()
-    _deferring.modules = modules
+    previous, _deferring.modules = getattr(_deferring, "modules", None), modules
     try:
         yield
     finally:
-        _deferring.modules = None
+        _deferring.modules = previous
 
 
-def _still_building(call, modules: list) -> list:
-    """``modules``, plus the module of ``call`` if its kernels are still building though its code
-    was not loaded in this compile (Inductor reuses a loaded module for the same code)."""
-    scope = getattr(getattr(call, "__func__", call), "__globals__", None)
-    if scope is not None and all(scope is not m for m in modules):
-        if any(isinstance(value, _KERNEL_FUTURES) for value in scope.values()):
-            modules.append(scope)
-    return modules
+def _built_now(compiled, modules: list) -> None:
+    """Finish at once the builds of a graph that computes anywhere but on the CPU."""
+    if modules and not set(getattr(compiled, "device_types", None) or ("unknown",)) <= {"cpu"}:
+        _finish(modules)
 
 
 def _finish(modules: list) -> None:
     """Wait for the kernels that ``_kernels_built_later`` left building and bind them in their
     modules. A kernel that failed to build raises here, at the region's first call, where
     thunder-core falls back to torch for the region as for any failed first run."""
+    timeout = torch._inductor.config.compile_worker_wait_timeout or None
     with _finishing:
         for scope in modules:
             for key, value in list(scope.items()):
                 if isinstance(value, _KERNEL_FUTURES):
-                    scope[key] = value.result()
+                    scope[key] = value.result(timeout=timeout)
         modules.clear()
 
 
@@ -352,8 +362,8 @@ def _compile_static(fn, examples: list, options: dict):
         # cpp_wrapper is an argument here, not read from the config
         with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
             compiled = compile_fx_inner(graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper))
+    _built_now(compiled, building)
     call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
-    _still_building(call, building)
 
     def run(*args):
         if building:
@@ -387,8 +397,8 @@ def _compile_symbolic(fn, examples: list, options: dict):
                 inner = compile_fx_inner(
                     graph, examples, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
                 )
+            _built_now(inner, building)
             call = inner.current_callable  # the generated code, without AOTAutograd's runtime wrappers
-            _still_building(call, building)
 
     def run(*args):
         if building:
