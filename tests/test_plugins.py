@@ -585,6 +585,20 @@ def test_a_slow_executor_loses_its_regions_to_a_faster_one_when_measured(monkeyp
     assert f"{report.executor} kept" in report.note, report.note
 
 
+def test_the_claimant_keeps_a_claim_that_another_candidate_beats_by_less_than_the_margin():
+    """A gap within SWITCH_MARGIN is noise to a few timed rounds, and switching executors for it
+    can cost a new process more than it saves: the claim as made stays."""
+    near = 1 - selection.SWITCH_MARGIN / 2
+    far = 1 - selection.SWITCH_MARGIN * 2
+    assert selection._fastest({"inductor": 1.0, "numba": near, "torch": 1.5}, "inductor") == "inductor"
+    assert selection._fastest({"inductor": 1.0, "numba": far, "torch": 1.5}, "inductor") == "numba"
+    assert selection._fastest({"inductor": 1.0, "torch": 0.5}, "inductor") == "torch"
+    # the claimant failed its first run: the fastest of the rest
+    assert selection._fastest({"numba": 1.0, "torch": 0.99}, "inductor") == "torch"
+    kept = selection.Selection("inductor", {"inductor": 1e-3, "numba": near * 1e-3}, {})
+    assert str(kept).endswith("inductor kept (the claimant; numba was faster by less than 10%)"), str(kept)
+
+
 def _three_layers(x, w):
     x = x @ w  # each region between two matmuls
     for _ in range(3):

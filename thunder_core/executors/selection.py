@@ -18,7 +18,10 @@ a higher peak.
 Candidates are compiled when the claim is first called, run once to warm up (a candidate that
 raises drops out, with the warning ``report_failure`` gives), then timed in interleaved rounds
 within ``ROUND_BUDGET_S`` per claim, each run on a copy of the inputs that is out of the CPU's
-caches (``executors/caches.py``); each candidate's fastest run counts. The choice is kept with
+caches (``executors/caches.py``); each candidate's fastest run counts. The claim as made stays
+unless another candidate is faster by more than ``SWITCH_MARGIN``: a gap of a few percent is within
+what a few rounds can tell apart, and switching for it can cost more than it saves (another
+executor's library imported and its kernels loaded in every new process). The choice is kept with
 the compiled program (the generated code calls the winner directly from then on) and shown by
 ``explain``. A claim identical to one measured earlier in the process (the same operations on
 inputs of the same metadata, with the same candidates: the layers of a model compiled as one
@@ -63,6 +66,7 @@ from thunder_core.transforms.updates import updated_in_place
 SELECTIONS = ("measure", "priority")
 ROUND_BUDGET_S = 0.25  # time spent timing the candidates of one claim, after their warm-up runs
 MAX_ROUNDS = 7
+SWITCH_MARGIN = 0.1  # another candidate replaces the claim as made only when this much faster
 MAX_DECISIONS = 4096  # measured decisions kept per process (``claim_key``)
 TORCH = "torch"
 
@@ -93,7 +97,13 @@ class Selection:
         where = " (measured on an identical claim earlier)" if self.earlier else ""
         if self.stored:
             where = " (measured by an earlier process on this machine, from the disk cache)"
-        return f"measured {timings}{where}: {self.chosen} kept{failed}"
+        fastest = min(self.seconds, key=self.seconds.get) if self.seconds else self.chosen
+        margin = (
+            f" (the claimant; {fastest} was faster by less than {SWITCH_MARGIN:.0%})"
+            if fastest != self.chosen
+            else ""
+        )
+        return f"measured {timings}{where}: {self.chosen} kept{margin}{failed}"
 
 
 # Decisions by claim key (``claim_key``): a claim identical to one measured before in this
@@ -254,9 +264,9 @@ class Measured:
         if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
             raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
         seconds = _time_interleaved(ready, ColdInputs(args, kwargs))
-        chosen = min(seconds, key=seconds.get)
-        self.selection = Selection(chosen, seconds, failed)
         claimed = self.candidates[0].name
+        chosen = _fastest(seconds, claimed)
+        self.selection = Selection(chosen, seconds, failed)
         if claimed in failed:
             self.failure = failed[claimed]
         elif self._key is not None:
@@ -267,6 +277,14 @@ class Measured:
                 decisions.save(self._store, self._key, chosen, seconds)
         self._bind(ready[chosen])
         return result
+
+
+def _fastest(seconds: dict[str, float], claimed: str) -> str:
+    """The fastest candidate, or the claim as made unless that one beats it by ``SWITCH_MARGIN``."""
+    fastest = min(seconds, key=seconds.get)
+    if claimed in seconds and seconds[fastest] > (1 - SWITCH_MARGIN) * seconds[claimed]:
+        return claimed
+    return fastest
 
 
 def _raising(error: Exception) -> Callable:
