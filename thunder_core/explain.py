@@ -68,12 +68,6 @@ def _measured(trace) -> dict[str, object]:
     return measured
 
 
-_BACKGROUND_NOTES = {
-    False: "compiling in the background: torch runs its operations until then",
-    True: "compiled in the background",
-}
-
-
 def _background(impl) -> BackgroundCompile | None:
     """The region's compile running (or run) in the background, if it has one."""
     for candidate in (getattr(impl, "waits_for", None), getattr(impl, "__dict__", {}).get("fn")):
@@ -173,7 +167,7 @@ def explain(jfn) -> Explanation:
             if background is not None and background.failure:
                 failure, selection = background.failure, None
             elif background is not None:
-                note = "; ".join(filter(None, (note, _BACKGROUND_NOTES[background.done()])))
+                note = "; ".join(filter(None, (note, background.note())))
             if selection is not None:
                 if executor in selection.failed:
                     declined[executor] = selection.failed[executor]

@@ -379,6 +379,12 @@ class BackgroundCompile:
         """The executor's compiled region, once its compile has succeeded."""
         return getattr(self, "_ready", None) if self.failure is None else None
 
+    def note(self) -> str:
+        """What ``explain`` says of the region's compile."""
+        if self.done():
+            return "compiled in the background"
+        return "compiling in the background: torch runs its operations until then"
+
     def done(self) -> bool:
         """Whether the compile has finished (compiled, or left to torch)."""
         return self.state == "compiled" or self.state.startswith("torch")

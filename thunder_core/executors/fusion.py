@@ -10,6 +10,7 @@ from thunder_core import progress
 from thunder_core.executors.background import COMPILE_LOCK, BackgroundCompile, in_background
 from thunder_core.executors.failures import FirstCall, report_failure, strict
 from thunder_core.executors.regions import Region, RegionNotSupported
+from thunder_core.executors.second_call import SecondCallCompile, at_second_call
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbolic import SymbolicSizeError
 from thunder_core.ir.symbols import (
@@ -137,10 +138,29 @@ def compile_now(executor, region: Region) -> Callable:
     return compiled
 
 
-def _compile(executor, region: Region, impure: bool) -> Callable:
-    """The region compiled now, or (``thunder_core.executors.background``) on the worker thread
-    while its torch operations run."""
-    if not executor.compiles_in_background or impure or not in_background() or strict():
+def _compile(executor, region: Region, impure: bool, bound_symbols: list[BoundSymbol]) -> Callable:
+    """The region compiled now, on the worker thread while its torch operations run
+    (``thunder_core.executors.background``), or at the program's second call
+    (``thunder_core.executors.second_call``)."""
+    if impure or strict():
+        return compile_now(executor, region)
+    calls = at_second_call()
+    if calls is not None and not (executor.compiles_in_background and in_background()):
+        try:
+            fallback = torch_fallback(region)
+        except SymbolicSizeError as error:
+            raise RegionNotSupported(f"{executor.name}: {error}") from error
+        except Exception:  # noqa: BLE001 - the region cannot run as it is: its compile says why, now
+            return compile_now(executor, region)
+        return SecondCallCompile(
+            lambda: compile_now(executor, region),
+            fallback,
+            executor.name,
+            region.inputs,
+            bound_symbols,
+            calls,
+        )
+    if not executor.compiles_in_background or not in_background():
         return compile_now(executor, region)
     try:
         fallback = torch_fallback(region)
@@ -266,7 +286,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
             name = f"{executor.name}_fusion_{regions + 1}"
             impure = any(is_impure(b) for b in run)
             try:
-                compiled = _compile(executor, region, impure)
+                compiled = _compile(executor, region, impure, list(run))
             except RegionNotSupported as reason:
                 run[:] = whole
                 give_back(f"{executor.name} could not compile the region: {reason}")

@@ -18,6 +18,7 @@ from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, open_disk_cach
 from thunder_core.errors import CaptureError
 from thunder_core.executors.background import compiling_in_background, foreground_compile, wants_background
 from thunder_core.executors.decisions import decisions_kept_in
+from thunder_core.executors.second_call import ProgramCalls, compiling_at_second_call
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
 from thunder_core.jit.dynamic import (
@@ -446,7 +447,14 @@ class ThunderFunction:
     def _compile(self, args, kwargs, key, leaves) -> Compiled:
         config = self._job.config if self._job is not None else None
         mode = config.compile_in_background if config is not None else "never"
-        background = wants_background(mode, bool(self._entries) or self._first_is_recompile)
+        recompile = bool(self._entries) or self._first_is_recompile
+        background = wants_background(mode, recompile)
+        # a recompile with fixed sizes compiles its regions at its second call (executors.second_call)
+        later = (
+            recompile
+            and not background
+            and getattr(config, "recompiled_regions", "at_once") == "at_second_call"
+        )
         progress_mode = config.progress if config is not None else "auto"
         with (
             _garbage_collection_paused(),
@@ -479,8 +487,10 @@ class ThunderFunction:
                     compiled.key = key
                     compiled.sizes_note = f"sizes fixed: the program specializes {described}"
                     return compiled
-            compiled = self._compile_now(args, kwargs, key)
-            compiled.key, compiled.sizes_note = key, failed
+            calls = ProgramCalls() if later else None
+            with compiling_at_second_call(calls):
+                compiled = self._compile_now(args, kwargs, key)
+            compiled.key, compiled.sizes_note, compiled.program_calls = key, failed, calls
             return compiled
 
     def _compile_now(self, args, kwargs, key, symbolic_sizes=None, use_disk: bool = True) -> Compiled:
@@ -577,9 +587,13 @@ class ThunderFunction:
         self._cache[key] = (check, compiled.callable, compiled)
         self._fast = None
         self._last = compiled
-        if compiled.epilogue is not None:
-            return compiled.epilogue(compiled.callable(*leaves), args, kwargs)
-        return compiled.callable(*leaves)
+        try:
+            if compiled.epilogue is not None:
+                return compiled.epilogue(compiled.callable(*leaves), args, kwargs)
+            return compiled.callable(*leaves)
+        finally:
+            if compiled.program_calls is not None:
+                compiled.program_calls.first_call_done = True  # its regions compile at the next
 
     def _warn_recompiles(self, reason: str) -> None:
         if self._warned:

@@ -30,6 +30,9 @@ CONFIG_KEYS = {
     "compile_in_background": '"never" (default): every compile finishes before the program runs; '
     '"recompiles": a program compiled again for a function (new sizes, a new signature) runs its fusion '
     'regions with torch while their executor compiles them on a worker thread; "always": the first too',
+    "recompiled_regions": '"at_second_call" (default): a program compiled again for a function with fixed '
+    "sizes runs its fusion regions' operations with torch at its first call and compiles them at its "
+    'second (a program run once never compiles kernels); "at_once": before its first call',
     "progress": '"auto" (default): a compile running for more than 2 s shows what it is doing when stderr '
     'is a terminal; "never": never; "always": wherever stderr goes',
     "cache_traces": "true: later processes reuse captured traces from the disk cache (off by default: see "
@@ -42,6 +45,7 @@ CONFIG_KEYS = {
 SELECTIONS = ("measure", "priority")
 CPU_MEMORY = ("keep", "release")
 BACKGROUND = ("never", "recompiles", "always")
+RECOMPILED_REGIONS = ("at_second_call", "at_once")
 PROGRESS = ("auto", "never", "always")
 ENV_FLAGS = ("1", "true", "yes", "on")
 CACHE_OFF = "off"
@@ -60,6 +64,7 @@ class JobConfig:
     select: str = "measure"
     cpu_memory: str = "keep"
     compile_in_background: str = "never"
+    recompiled_regions: str = "at_second_call"
     progress: str = "auto"
     cache_dir: str | None = None  # the on-disk cache's directory; None: off
     cache_traces: bool = False  # captured traces on disk too (not only measured executor choices)
@@ -157,6 +162,19 @@ def _progress(env, table: dict, where: str) -> tuple[str, str]:
         [
             ("THUNDER_CORE_PROGRESS", env.get("THUNDER_CORE_PROGRESS") or None),
             (f"{where}: progress", table.get("progress")),
+        ],
+    )
+
+
+def _recompiled_regions(env, table: dict, where: str) -> tuple[str, str]:
+    return _choice(
+        "recompiled_regions",
+        RECOMPILED_REGIONS,
+        "'at_second_call' compiles a recompiled program's fusion regions at its second call, "
+        "'at_once' before its first",
+        [
+            ("THUNDER_CORE_RECOMPILED_REGIONS", env.get("THUNDER_CORE_RECOMPILED_REGIONS") or None),
+            (f"{where}: recompiled_regions", table.get("recompiled_regions")),
         ],
     )
 
@@ -295,6 +313,7 @@ def resolve(
     config.compile_in_background, config.sources["compile_in_background"] = _background(
         compile_in_background, env, table, where
     )
+    config.recompiled_regions, config.sources["recompiled_regions"] = _recompiled_regions(env, table, where)
     config.progress, config.sources["progress"] = _progress(env, table, where)
     config.cache_dir, config.sources["cache_dir"] = _cache_dir(cache_dir, env, table, where)
     config.cache_traces, config.sources["cache_traces"] = _cache_traces(cache_traces, env, table, where)

@@ -54,10 +54,15 @@ def warm_up() -> None:
 def _probe_vector_isas() -> None:
     """Probe the CPU's vector ISAs, which Inductor does once per process before its first compile.
 
-    The probe is mostly waiting for child processes that load a test library, one per
-    candidate ISA, so the candidates are probed in parallel; each candidate's result is cached,
-    so Inductor's own ``valid_vec_isa_list()`` reuses them. Failures are left for the real
-    compile to report.
+    Inductor builds and loads a test library for every vector ISA the CPU's flags name (about two
+    seconds each on a 2-core x86, four of them on a CPU with AMX), one after the other, and then
+    uses the widest that works, unless ``ATEN_CPU_CAPABILITY`` or ``cpp.simdlen`` asks for
+    another. So the widest is probed first, and when it works Inductor's list is made without
+    probing the narrower ones (the CPU has their flags, and the compiler built the wider one);
+    their smaller checks (bf16, VNNI instructions) still run. When another ISA may be asked for,
+    or the widest fails, the candidates are probed in parallel. Each result is cached, so
+    Inductor's own ``valid_vec_isa_list()`` reuses them. Failures are left for the real compile
+    to report.
     """
     try:
         flags = cpu_vec_isa.x86_isa_checker()
@@ -68,14 +73,38 @@ def _probe_vector_isas() -> None:
         if probe is not None:
             cpu_vec_isa.VecISA._probe_load = _LoadsRemembered(probe, flags)
         try:
-            with ThreadPoolExecutor(max(1, len(candidates))) as pool:
-                list(pool.map(bool, candidates))
+            if candidates and _widest_is_used() and candidates[0]:
+                _in_parallel(_without_headers_build, candidates[1:])  # only their own smaller checks
+                with torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
+                    cpu_vec_isa.valid_vec_isa_list()  # cached: the widest first, as probed
+            else:
+                _in_parallel(bool, candidates)
         finally:
             if probe is not None:
                 cpu_vec_isa.VecISA._probe_load = probe
         cpu_vec_isa.valid_vec_isa_list()
     except Exception:  # noqa: BLE001 - internal APIs that may change; the compile reports real problems
         pass
+
+
+def _in_parallel(check, candidates: list) -> None:
+    if candidates:
+        with ThreadPoolExecutor(len(candidates)) as pool:
+            list(pool.map(check, candidates))
+
+
+def _without_headers_build(isa) -> bool:
+    """``bool(isa)`` taking the common test library (ATen's vector headers) as built: only the
+    ISA's own instruction checks run. Inductor's config is patched per thread."""
+    with torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
+        return bool(isa)
+
+
+def _widest_is_used() -> bool:
+    """Whether Inductor picks the widest working ISA: no ``ATEN_CPU_CAPABILITY``, ``cpp.simdlen``
+    or ``cpp.vec_isa_ok`` chooses otherwise."""
+    cpp = torch._inductor.config.cpp
+    return not os.environ.get("ATEN_CPU_CAPABILITY") and cpp.simdlen is None and cpp.vec_isa_ok is None
 
 
 class _LoadsRemembered:
