@@ -27,12 +27,19 @@ from thunder_core.executors.background import BackgroundCompile, foreground_comp
 
 
 class ProgramCalls:
-    """Whether a program's first call has ended: its caller sets ``first_call_done``. A region
-    runs more than once in one call when it belongs to a repeated block (a model's layers), so
-    the program's calls are counted, not the region's."""
+    """How many times a program has been called (``counting`` wraps it). A region runs more than
+    once in one call when it belongs to a repeated block (a model's layers), and a backward runs
+    after its forward has returned, so the program's calls are counted, not the region's."""
 
     def __init__(self):
-        self.first_call_done = False
+        self.count = 0
+
+    def counting(self, program: Callable) -> Callable:
+        def counted(*args):
+            self.count += 1
+            return program(*args)
+
+        return counted
 
 
 _at_second_call: contextvars.ContextVar[ProgramCalls | None] = contextvars.ContextVar(
@@ -43,7 +50,7 @@ _at_second_call: contextvars.ContextVar[ProgramCalls | None] = contextvars.Conte
 @contextmanager
 def compiling_at_second_call(calls: ProgramCalls | None) -> Iterator[None]:
     """With ``calls``, the fusion regions of the program compiled in this block compile at its
-    second call (``calls`` says when its first has ended); with None, at once."""
+    second call (``calls`` counts them); with None, at once."""
     token = _at_second_call.set(calls)
     try:
         yield
@@ -61,8 +68,8 @@ class RegionLeftToTorch(Exception):
 
 
 class SecondCallCompile(BackgroundCompile):
-    """A fusion region that runs its torch operations until its program's first call has ended,
-    and is compiled when it is next called, before it runs; a compile or first compiled run that
+    """A fusion region that runs its torch operations in its program's first call and is compiled
+    when it runs in the second, before it runs; a compile or first compiled run that
     fails warns, as at a compile before the program, and leaves the torch operations."""
 
     def __init__(
@@ -89,7 +96,7 @@ class SecondCallCompile(BackgroundCompile):
         compiled = self._compiled
         if compiled is not None:
             return compiled(*args)
-        if self.state == "not started" and self._calls.first_call_done:
+        if self.state == "not started" and self._calls.count > 1:
             with foreground_compile():
                 self._compile()
             if self.state == "compiled":

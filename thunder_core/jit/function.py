@@ -490,7 +490,9 @@ class ThunderFunction:
             calls = ProgramCalls() if later else None
             with compiling_at_second_call(calls):
                 compiled = self._compile_now(args, kwargs, key)
-            compiled.key, compiled.sizes_note, compiled.program_calls = key, failed, calls
+            compiled.key, compiled.sizes_note = key, failed
+            if calls is not None:
+                compiled.callable = calls.counting(compiled.callable)
             return compiled
 
     def _compile_now(self, args, kwargs, key, symbolic_sizes=None, use_disk: bool = True) -> Compiled:
@@ -587,13 +589,9 @@ class ThunderFunction:
         self._cache[key] = (check, compiled.callable, compiled)
         self._fast = None
         self._last = compiled
-        try:
-            if compiled.epilogue is not None:
-                return compiled.epilogue(compiled.callable(*leaves), args, kwargs)
-            return compiled.callable(*leaves)
-        finally:
-            if compiled.program_calls is not None:
-                compiled.program_calls.first_call_done = True  # its regions compile at the next
+        if compiled.epilogue is not None:
+            return compiled.epilogue(compiled.callable(*leaves), args, kwargs)
+        return compiled.callable(*leaves)
 
     def _warn_recompiles(self, reason: str) -> None:
         if self._warned:

@@ -62,8 +62,6 @@ class Compiled:
     captured: Trace | None = None  # the trace capture made (what the on-disk cache stores)
     lifted: int = 0  # how many real tensors capture found outside the inputs (globals, closures)
     disk_note: str = ""  # the on-disk cache: whether the captured trace came from it, or why not
-    # thunder_core.executors.second_call.ProgramCalls: regions that compile at the second call
-    program_calls: object = None
 
 
 def _torch_only(job):

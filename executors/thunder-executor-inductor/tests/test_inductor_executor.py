@@ -511,7 +511,8 @@ def counting(self, path):
     return real(self, path)
 
 cpu_vec_isa.VecISA._probe_load = counting
-_backend._probe_vector_isas()
+from thunder_executor_inductor import _vec_isa
+_vec_isa._probe_vector_isas()
 print(json.dumps({"children": children, "valid": [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]}))
 """
 

@@ -6,13 +6,8 @@ programs never reach a region (a single op, or only the torch executor's work) d
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import platform
-import tempfile
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 
 import torch
@@ -20,7 +15,6 @@ import torch._inductor
 import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs; imported here, once
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import TracingContext, tracing
-from torch._inductor import cpu_vec_isa
 from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codecache import CodeCacheFuture
 from torch._inductor.compile_fx import compile_fx_inner
@@ -37,127 +31,13 @@ from thunder_core.extend import (
     on_compile_worker,
     symbolic_examples,
 )
-
-_warmed_up = threading.Lock()
-_ready = False
+from thunder_executor_inductor import _vec_isa
 
 
 def warm_up() -> None:
-    """Inductor's one-time set-up, before the process's first compile (later calls return at once)."""
-    global _ready
-    with _warmed_up:
-        if not _ready:
-            _probe_vector_isas()
-            _ready = True
-
-
-def _probe_vector_isas() -> None:
-    """Probe the CPU's vector ISAs, which Inductor does once per process before its first compile.
-
-    Inductor builds and loads a test library for every vector ISA the CPU's flags name (about two
-    seconds each on a 2-core x86, four of them on a CPU with AMX), one after the other, and then
-    uses the widest that works, unless ``ATEN_CPU_CAPABILITY`` or ``cpp.simdlen`` asks for
-    another. So the widest is probed first, and when it works Inductor's list is made without
-    probing the narrower ones (the CPU has their flags, and the compiler built the wider one);
-    their smaller checks (bf16, VNNI instructions) still run. When another ISA may be asked for,
-    or the widest fails, the candidates are probed in parallel. Each result is cached, so
-    Inductor's own ``valid_vec_isa_list()`` reuses them. Failures are left for the real compile
-    to report.
-    """
-    try:
-        flags = cpu_vec_isa.x86_isa_checker()
-        candidates = [
-            isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())
-        ]
-        probe = getattr(cpu_vec_isa.VecISA, "_probe_load", None)
-        if probe is not None:
-            cpu_vec_isa.VecISA._probe_load = _LoadsRemembered(probe, flags)
-        try:
-            if candidates and _widest_is_used() and candidates[0]:
-                _in_parallel(_without_headers_build, candidates[1:])  # only their own smaller checks
-                with torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
-                    cpu_vec_isa.valid_vec_isa_list()  # cached: the widest first, as probed
-            else:
-                _in_parallel(bool, candidates)
-        finally:
-            if probe is not None:
-                cpu_vec_isa.VecISA._probe_load = probe
-        cpu_vec_isa.valid_vec_isa_list()
-    except Exception:  # noqa: BLE001 - internal APIs that may change; the compile reports real problems
-        pass
-
-
-def _in_parallel(check, candidates: list) -> None:
-    if candidates:
-        with ThreadPoolExecutor(len(candidates)) as pool:
-            list(pool.map(check, candidates))
-
-
-def _without_headers_build(isa) -> bool:
-    """``bool(isa)`` taking the common test library (ATen's vector headers) as built: only the
-    ISA's own instruction checks run. Inductor's config is patched per thread."""
-    with torch._inductor.config.patch({"cpp.vec_isa_ok": True}):
-        return bool(isa)
-
-
-def _widest_is_used() -> bool:
-    """Whether Inductor picks the widest working ISA: no ``ATEN_CPU_CAPABILITY``, ``cpp.simdlen``
-    or ``cpp.vec_isa_ok`` chooses otherwise."""
-    cpp = torch._inductor.config.cpp
-    return not os.environ.get("ATEN_CPU_CAPABILITY") and cpp.simdlen is None and cpp.vec_isa_ok is None
-
-
-class _LoadsRemembered:
-    """Inductor's probe that its test library for an ISA loads (a child Python per ISA, about half
-    a second each process), remembered on disk beside Inductor's cache: a library that loaded on
-    this machine (its name, CPU flags, and the library's path, size and time) loads again. Only
-    successes are kept; a failure is probed again next time."""
-
-    def __init__(self, probe, flags):
-        self._probe = probe
-        self._machine = [platform.node(), platform.machine(), sorted(flags)]
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-        self._file = os.path.join(cache_dir(), "thunder_core", "vec_isa_loads.json")
-        self._lock = threading.Lock()
-
-    def __get__(self, isa, owner=None):
-        return lambda output_path: self(isa, output_path)
-
-    def __call__(self, isa, output_path: str) -> bool:
-        try:
-            stat = os.stat(output_path)
-            key = hashlib.sha256(
-                json.dumps([*self._machine, output_path, stat.st_size, stat.st_mtime_ns]).encode()
-            ).hexdigest()
-        except OSError:
-            return self._probe(isa, output_path)
-        if key in self._read():
-            return True
-        loads = self._probe(isa, output_path)
-        if loads:
-            self._add(key)
-        return loads
-
-    def _read(self) -> list:
-        try:
-            with open(self._file) as f:
-                known = json.load(f)
-            return known if isinstance(known, list) else []
-        except (OSError, ValueError):
-            return []
-
-    def _add(self, key: str) -> None:
-        with self._lock:
-            try:
-                os.makedirs(os.path.dirname(self._file), exist_ok=True)
-                known = [*self._read(), key][-64:]
-                fd, temporary = tempfile.mkstemp(dir=os.path.dirname(self._file), prefix=".tmp-")
-                with os.fdopen(fd, "w") as f:
-                    json.dump(known, f)
-                os.replace(temporary, self._file)  # whole or not at all, for other processes too
-            except OSError:
-                pass
+    """Inductor's one-time set-up, before the process's first compile (later calls return at once):
+    waits for the vector ISA probe (``_vec_isa``) that the executor started before importing this."""
+    _vec_isa.wait()
 
 
 _KERNEL_FUTURES = (Future, CodeCacheFuture)

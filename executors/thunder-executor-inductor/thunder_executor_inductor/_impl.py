@@ -151,9 +151,11 @@ class InductorExecutor(FusionExecutor):
 
     def prepare_compiles(self) -> None:
         """Import Inductor on this thread (a region's compile is going to the background worker)."""
+        _isa_probe().start()
         from thunder_executor_inductor import _backend  # noqa: F401
 
     def compile_region(self, region):
+        _isa_probe().start()  # its compiler runs while the rest of Inductor is imported
         from thunder_executor_inductor import _backend  # Inductor itself, imported at the first compile
 
         _backend.warm_up()
@@ -172,3 +174,9 @@ class InductorExecutor(FusionExecutor):
                 region, f"inductor_region_{len(cache)}", self.inductor_options
             )
         return compiled
+
+
+def _isa_probe():
+    from thunder_executor_inductor import _vec_isa as probe  # imports the part of Inductor it needs
+
+    return probe
