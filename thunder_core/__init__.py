@@ -108,7 +108,11 @@ def jit(
     shows the timings); ``select="priority"`` keeps every claim as the claim order made it.
 
     ``compile_in_background="never"`` (the default) finishes every compile before the program
-    runs. With ``"recompiles"``, when a function is compiled again (new sizes, a new
+    runs, except that a program compiled again with fixed sizes compiles its fusion regions at
+    its second call (its first runs their torch operations: a program run once, such as a
+    generate's first decoding step, builds no kernels;
+    ``THUNDER_CORE_RECOMPILED_REGIONS=at_once`` or the config file's ``recompiled_regions``
+    turns that off). With ``"recompiles"``, when a function is compiled again (new sizes, a new
     signature), the new program runs at once, its fusion regions as plain torch operations
     while their executor (Inductor) compiles them on a worker thread, and each region switches
     to its compiled code when that is ready; ``"always"`` does the same for the first program

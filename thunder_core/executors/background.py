@@ -430,13 +430,17 @@ class BackgroundCompile:
                     )
                     return
         except RegionNotSupported as reason:
-            self._keep_torch(f"{self._executor} could not compile the region: {reason}")
+            self._declined(f"{self._executor} could not compile the region: {reason}")
             return
         except BaseException as error:  # noqa: BLE001 - a failed compile leaves the torch operations
             self._keep_torch(f"{self._executor} failed compiling a region: {type(error).__name__}: {error}")
             return
         self._ready = compiled
         self.state = "compiled"
+
+    def _declined(self, reason: str) -> None:
+        """The executor declined the region (``RegionNotSupported``): torch keeps it."""
+        self._keep_torch(reason)
 
     def _keep_torch(self, reason: str) -> None:
         self.failure = reason

@@ -145,7 +145,7 @@ def _compile(executor, region: Region, impure: bool, bound_symbols: list[BoundSy
     if impure or strict():
         return compile_now(executor, region)
     calls = at_second_call()
-    if calls is not None and not (executor.compiles_in_background and in_background()):
+    if calls is not None:  # never set together with in_background()
         try:
             fallback = torch_fallback(region)
         except SymbolicSizeError as error:
@@ -158,6 +158,7 @@ def _compile(executor, region: Region, impure: bool, bound_symbols: list[BoundSy
             executor.name,
             region.inputs,
             bound_symbols,
+            operations(bound_symbols),
             calls,
         )
     if not executor.compiles_in_background or not in_background():

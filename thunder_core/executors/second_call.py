@@ -6,19 +6,20 @@ serves every later step), the last, smaller batch of an epoch. Compiling such a 
 regions costs seconds of code generation and C++ builds for kernels that run once. So with the
 job's ``recompiled_regions="at_second_call"`` (the default), a program compiled again for a
 function with fixed sizes runs its first call with each fusion region's operations run by the
-torch executor, and compiles the regions at its second call, on the calling thread, before they
-run. What runs is the same on every run of a job: reproducible.
+torch executor, and compiles the regions when it is called a second time, on the calling thread,
+before the program runs. What runs is the same on every run of a job: reproducible.
 
 Not deferred: the first program of a function (compiled at once, as ``torch.compile`` does), a
 program with symbolic sizes (one compile serves every size; its compile may add size guards,
 which must be taken with the program's), regions with effects (in-place updates, random draws),
-strict mode (a failure must reach the caller), and programs whose regions compile in the
-background (``compile_in_background``).
+strict mode (a failure must reach the caller), and programs compiled with
+``compile_in_background`` set to ``"recompiles"`` or ``"always"``, which decides for them.
 """
 
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -27,19 +28,35 @@ from thunder_core.executors.background import BackgroundCompile, foreground_comp
 
 
 class ProgramCalls:
-    """How many times a program has been called (``counting`` wraps it). A region runs more than
-    once in one call when it belongs to a repeated block (a model's layers), and a backward runs
-    after its forward has returned, so the program's calls are counted, not the region's."""
+    """A program's calls: ``counting`` wraps the program, and before its second call runs, the
+    regions left for it (``pending``, forward and backward) are compiled, on the calling thread.
+    A region runs more than once in one call when it belongs to a repeated block (a model's
+    layers), and a backward runs after its forward has returned, so the program's calls are
+    counted, not the regions' runs; and no region compiles in the middle of the program (inside
+    autograd's backward, or a CUDA graph's capture)."""
 
     def __init__(self):
         self.count = 0
+        self.pending: list[SecondCallCompile] = []
+        self._lock = threading.Lock()
 
     def counting(self, program: Callable) -> Callable:
         def counted(*args):
-            self.count += 1
+            if self.count < 2:
+                with self._lock:  # one thread makes the second call
+                    self.count += 1
+                    second = self.count == 2
+                if second:
+                    self.compile_pending()
             return program(*args)
 
         return counted
+
+    def compile_pending(self) -> None:
+        with foreground_compile():
+            for region in list(self.pending):
+                region.compile()
+        self.pending.clear()
 
 
 _at_second_call: contextvars.ContextVar[ProgramCalls | None] = contextvars.ContextVar(
@@ -69,8 +86,9 @@ class RegionLeftToTorch(Exception):
 
 class SecondCallCompile(BackgroundCompile):
     """A fusion region that runs its torch operations in its program's first call and is compiled
-    when it runs in the second, before it runs; a compile or first compiled run that
-    fails warns, as at a compile before the program, and leaves the torch operations."""
+    before the second (``ProgramCalls.compile_pending``). A compile that fails, or a first
+    compiled run that fails, warns as at a compile before the program would, and leaves the
+    torch operations; a region its executor declines keeps them without a warning."""
 
     def __init__(
         self,
@@ -79,40 +97,51 @@ class SecondCallCompile(BackgroundCompile):
         executor: str,
         inputs,
         bound_symbols,
+        operations: str,
         calls: ProgramCalls,
     ):
         super().__init__(build, fallback, executor, inputs)
         self._calls = calls
         self._bound_symbols = list(bound_symbols)
+        self._operations = operations  # for messages
+        self._lock = threading.Lock()
+        calls.pending.append(self)
         self._options = failures._options.get()  # how failures are reported, from the job
         self.__name__ = f"{executor}_second_call_compile"
 
     def note(self) -> str:
         if self.state == "compiled":
-            return "compiled at its program's second call (the first ran its torch operations)"
-        return "compiled at its program's second call: until then torch runs its operations"
+            return "compiled before its program's second call (the first ran its torch operations)"
+        return "compiled before its program's second call: until then torch runs its operations"
 
     def __call__(self, *args):
         compiled = self._compiled
         if compiled is not None:
             return compiled(*args)
-        if self.state == "not started" and self._calls.count > 1:
-            with foreground_compile():
-                self._compile()
-            if self.state == "compiled":
-                return self._first_compiled_call(args)
+        if self.state == "compiled":
+            with self._lock:
+                if self._compiled is None:
+                    return self._first_compiled_call(args)
+            return self._compiled(*args)
         return self._fallback(*args)
 
-    def _keep_torch(self, reason: str) -> None:
-        from thunder_core.executors.fusion import operations
+    def compile(self) -> None:
+        """Compile the region now (once, whichever thread asks first)."""
+        with self._lock:
+            if self.state == "not started":
+                self._compile()
 
+    def _declined(self, reason: str) -> None:
+        super()._keep_torch(reason)  # as at once, where the next executor would get it: no warning
+
+    def _keep_torch(self, reason: str) -> None:
         super()._keep_torch(reason)
         token = failures._options.set(self._options)
         try:
             failures.report_failure(
                 self._executor,
                 "at a recompiled program's second call",
-                operations(self._bound_symbols),
+                self._operations,
                 RegionLeftToTorch(reason),
                 self._bound_symbols,
             )

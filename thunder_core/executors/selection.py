@@ -215,8 +215,9 @@ class Measured:
         earlier = _DECISIONS.get(self._key) if self._key is not None else None
         if earlier is None and self._key is not None and self._store is not None:
             stored = decisions.load(self._store, self._key)
-            if stored is not None:
-                earlier = Selection(stored[0], stored[1], {}, stored=True)
+            if stored is not None:  # chosen again from its timings: the rule may have changed since
+                chosen = _fastest(stored[1], self.candidates[0].name) if stored[1] else stored[0]
+                earlier = Selection(chosen, stored[1], {}, stored=True)
         candidate = next((c for c in self.candidates if earlier and c.name == earlier.chosen), None)
         if candidate is None:
             return None

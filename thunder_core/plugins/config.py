@@ -27,7 +27,8 @@ CONFIG_KEYS = {
     "strict": "true: any broken, incompatible or stale plugin is an error",
     "select": '"measure" (default): time each claim against its alternatives on its first call; '
     '"priority": keep every claim as the claim order made it',
-    "compile_in_background": '"never" (default): every compile finishes before the program runs; '
+    "compile_in_background": '"never" (default): every compile finishes before the program runs (see '
+    "recompiled_regions); "
     '"recompiles": a program compiled again for a function (new sizes, a new signature) runs its fusion '
     'regions with torch while their executor compiles them on a worker thread; "always": the first too',
     "recompiled_regions": '"at_second_call" (default): a program compiled again for a function with fixed '

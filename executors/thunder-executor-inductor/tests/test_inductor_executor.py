@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import thunder_core
+import thunder_core.executors.background
+from thunder_core.executors.second_call import SecondCallCompile
 from thunder_core.testing.models import check_litgpt_training
 
 
@@ -290,8 +292,10 @@ def test_views_after_regions_in_training_give_eager_gradients():
     expected_heads, expected = _attention_heads(ex, ew)
     (expected_heads.sum() + expected.square().sum()).backward()
     torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(x.grad, ex.grad)
-    torch.testing.assert_close(w.grad, ew.grad)
+    # Inductor's fused tanh backward rounds otherwise than eager's kernels: torch.compile's
+    # gradient differs from eager's by the same amount (relative 7e-6 on an AVX-512 CPU)
+    torch.testing.assert_close(x.grad, ex.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(w.grad, ew.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_a_region_with_symbolic_sizes_compiles_once_for_every_size():
@@ -423,7 +427,11 @@ def test_compile_in_background_never_and_always():
     never = thunder_core.jit(gated_mlp, executors=["inductor"], dynamic=False)  # the default: "never"
     never(x, w)
     torch.testing.assert_close(never(y, w), gated_mlp(y, w))
-    assert _background_regions(never) == [] and _regions(never)
+    # a recompile with fixed sizes: its regions compile before its second call, not on the worker
+    assert all(isinstance(r, SecondCallCompile) for r in _background_regions(never)) and _regions(never)
+    torch.testing.assert_close(never(y, w), gated_mlp(y, w))
+    assert all(r.compiled is not None for r in _background_regions(never))
+    assert not thunder_core.executors.background.compiles_pending()
     always = thunder_core.jit(gated_mlp, executors=["inductor"], compile_in_background="always")
     torch.testing.assert_close(always(x, w), gated_mlp(x, w))
     assert len(_background_regions(always)) == 1

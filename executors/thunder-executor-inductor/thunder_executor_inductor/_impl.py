@@ -151,11 +151,11 @@ class InductorExecutor(FusionExecutor):
 
     def prepare_compiles(self) -> None:
         """Import Inductor on this thread (a region's compile is going to the background worker)."""
-        _isa_probe().start()
+        _isa_probe().start(self.inductor_options)
         from thunder_executor_inductor import _backend  # noqa: F401
 
     def compile_region(self, region):
-        _isa_probe().start()  # its compiler runs while the rest of Inductor is imported
+        _isa_probe().start(self.inductor_options)  # its compiler runs while Inductor is imported
         from thunder_executor_inductor import _backend  # Inductor itself, imported at the first compile
 
         _backend.warm_up()

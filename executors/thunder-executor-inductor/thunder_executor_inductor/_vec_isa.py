@@ -25,13 +25,16 @@ _lock = threading.Lock()
 _thread: threading.Thread | None = None
 
 
-def start() -> None:
-    """Start the probe on a thread of its own, once per process."""
+def start(options: dict | None = None) -> None:
+    """Start the probe on a thread of its own, once per process. ``options``: the job's Inductor
+    settings, which with the calling thread's (Inductor keeps them per thread) say whether
+    Inductor will use the widest instruction set that works."""
     global _thread
     with _lock:
         if _thread is None:
+            widest = _widest_is_used(options or {})
             _thread = threading.Thread(
-                target=_probe_vector_isas, name="thunder-core-vector-isa-probe", daemon=True
+                target=_probe_vector_isas, args=(widest,), name="thunder-core-vector-isa-probe", daemon=True
             )
             _thread.start()
 
@@ -42,18 +45,17 @@ def wait() -> None:
     _thread.join()
 
 
-def _probe_vector_isas() -> None:
+def _probe_vector_isas(widest_is_used: bool) -> None:
     """Probe the CPU's vector ISAs, which Inductor does once per process before its first compile.
 
     Inductor builds and loads a test library for every vector ISA the CPU's flags name (about two
     seconds each on a 2-core x86, four of them on a CPU with AMX), one after the other, and then
     uses the widest that works, unless ``ATEN_CPU_CAPABILITY`` or ``cpp.simdlen`` asks for
-    another. So the widest is probed first, and when it works Inductor's list is made without
-    probing the narrower ones (the CPU has their flags, and the compiler built the wider one);
-    their smaller checks (bf16, VNNI instructions) still run. When another ISA may be asked for,
-    or the widest fails, the candidates are probed in parallel. Each result is cached, so
-    Inductor's own ``valid_vec_isa_list()`` reuses them. Failures are left for the real compile
-    to report.
+    another. So when neither does (``widest_is_used``), the widest is probed first, and when it
+    works Inductor's list of valid ISAs (cached for the process) is made of it alone: the
+    narrower ones are never used then. Otherwise, or when the widest fails, every candidate is
+    probed, in parallel. Each result is cached, so Inductor's own ``valid_vec_isa_list()`` reuses
+    them. Failures are left for the real compile to report.
     """
     try:
         flags = cpu_vec_isa.x86_isa_checker()
@@ -64,12 +66,11 @@ def _probe_vector_isas() -> None:
         if probe is not None:
             cpu_vec_isa.VecISA._probe_load = _LoadsRemembered(probe, flags)
         try:
-            if candidates and _widest_is_used() and candidates[0]:
-                _in_parallel(_without_headers_build, candidates[1:])  # only their own smaller checks
-                with config.patch({"cpp.vec_isa_ok": True}):
-                    cpu_vec_isa.valid_vec_isa_list()  # cached: the widest first, as probed
+            if candidates and widest_is_used and candidates[0]:
+                _listed_alone(candidates[0])
             else:
-                _in_parallel(bool, candidates)
+                with ThreadPoolExecutor(max(1, len(candidates))) as pool:
+                    list(pool.map(bool, candidates))
         finally:
             if probe is not None:
                 cpu_vec_isa.VecISA._probe_load = probe
@@ -78,24 +79,26 @@ def _probe_vector_isas() -> None:
         pass
 
 
-def _in_parallel(check, candidates: list) -> None:
-    if candidates:
-        with ThreadPoolExecutor(len(candidates)) as pool:
-            list(pool.map(check, candidates))
+def _listed_alone(isa) -> None:
+    """Inductor's cached list of valid ISAs, made of ``isa`` (probed) alone."""
+    supported = cpu_vec_isa.supported_vec_isa_list
+    cpu_vec_isa.supported_vec_isa_list = [isa]
+    try:
+        cpu_vec_isa.valid_vec_isa_list()
+    finally:
+        cpu_vec_isa.supported_vec_isa_list = supported
 
 
-def _without_headers_build(isa) -> bool:
-    """``bool(isa)`` taking the common test library (ATen's vector headers) as built: only the
-    ISA's own instruction checks run. Inductor's config is patched per thread."""
-    with config.patch({"cpp.vec_isa_ok": True}):
-        return bool(isa)
-
-
-def _widest_is_used() -> bool:
-    """Whether Inductor picks the widest working ISA: no ``ATEN_CPU_CAPABILITY``, ``cpp.simdlen``
-    or ``cpp.vec_isa_ok`` chooses otherwise."""
+def _widest_is_used(options: dict) -> bool:
+    """Whether Inductor picks the widest working ISA: neither ``ATEN_CPU_CAPABILITY`` nor
+    ``cpp.simdlen`` or ``cpp.vec_isa_ok`` (in ``options`` or the calling thread's config) chooses
+    otherwise."""
     cpp = config.cpp
-    return not os.environ.get("ATEN_CPU_CAPABILITY") and cpp.simdlen is None and cpp.vec_isa_ok is None
+    settings = {
+        "cpp.simdlen": options.get("cpp.simdlen", cpp.simdlen),
+        "cpp.vec_isa_ok": options.get("cpp.vec_isa_ok", cpp.vec_isa_ok),
+    }
+    return not os.environ.get("ATEN_CPU_CAPABILITY") and all(v is None for v in settings.values())
 
 
 class _LoadsRemembered:
