@@ -109,6 +109,13 @@ class SecondCallCompile(BackgroundCompile):
         self._options = failures._options.get()  # how failures are reported, from the job
         self.__name__ = f"{executor}_second_call_compile"
 
+    def __getattr__(self, name: str):
+        """The compiled region's own attributes (its generated ``source``), once compiled."""
+        ready = self.__dict__.get("_ready")
+        if ready is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(ready, name)
+
     def note(self) -> str:
         if self.state == "compiled":
             return "compiled before its program's second call (the first ran its torch operations)"

@@ -117,8 +117,9 @@ def test_one_row_linear_runs_as_the_matrix_vector_kernel():
             jlayer = thunder_core.jit(layer, executors=["numba"])
             for shape in [(384,), (1, 384), (1, 1, 384)]:
                 x = torch.randn(shape, dtype=dtype)
-                with torch.no_grad():
-                    torch.testing.assert_close(jlayer(x), layer(x))
+                with torch.no_grad():  # another rank recompiles: its regions compile at its second call
+                    for _ in range(2):
+                        torch.testing.assert_close(jlayer(x), layer(x))
                 (region,) = _claimed_linears(jlayer)
                 assert region.impl.source.startswith("numba gemv")
 
@@ -200,9 +201,10 @@ def test_one_query_attention_over_a_masked_cache_skips_masked_positions_and_matc
         for mask in masks:
             for keys in (k, grouped):
                 mask4 = mask.view(1, 1, 1, 512) if mask.ndim == 1 else mask
-                with torch.no_grad():
-                    out = jfn(q, keys, v, mask4)
-                torch.testing.assert_close(out, _attend(q, keys, v, mask4), equal_nan=True)
+                for _ in range(2):  # a recompile compiles its regions at its second call
+                    with torch.no_grad():
+                        out = jfn(q, keys, v, mask4)
+                    torch.testing.assert_close(out, _attend(q, keys, v, mask4), equal_nan=True)
                 (region,) = _claimed_attention(jfn)
                 assert region.impl.source.startswith("numba attention")
     with torch.no_grad():
