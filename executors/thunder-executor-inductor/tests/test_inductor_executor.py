@@ -7,8 +7,6 @@ import torch
 import torch.nn.functional as F
 
 import thunder_core
-import thunder_core.executors.background
-from thunder_core.executors.second_call import SecondCallCompile
 from thunder_core.testing.models import check_litgpt_training
 
 
@@ -428,10 +426,13 @@ def test_compile_in_background_never_and_always():
     never(x, w)
     torch.testing.assert_close(never(y, w), gated_mlp(y, w))
     # a recompile with fixed sizes: its regions compile before its second call, not on the worker
-    assert all(isinstance(r, SecondCallCompile) for r in _background_regions(never)) and _regions(never)
+    left = _background_regions(never)
+    assert left and all(r.compiled is None for r in left) and _regions(never)
+    (report,) = thunder_core.explain(never).for_symbol("torch.nn.functional.silu")
+    assert "compiled before its program's second call" in report.note, report.note
     torch.testing.assert_close(never(y, w), gated_mlp(y, w))
-    assert all(r.compiled is not None for r in _background_regions(never))
-    assert not thunder_core.executors.background.compiles_pending()
+    assert all(r.compiled is not None for r in left)
+    assert thunder_core.wait_for_compiles(timeout=0)  # nothing went to the worker
     always = thunder_core.jit(gated_mlp, executors=["inductor"], compile_in_background="always")
     torch.testing.assert_close(always(x, w), gated_mlp(x, w))
     assert len(_background_regions(always)) == 1
@@ -520,7 +521,8 @@ def counting(self, path):
 
 cpu_vec_isa.VecISA._probe_load = counting
 from thunder_executor_inductor import _vec_isa
-_vec_isa._probe_vector_isas()
+_vec_isa.start({})
+_vec_isa.wait()
 print(json.dumps({"children": children, "valid": [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]}))
 """
 
@@ -646,3 +648,44 @@ def test_a_kernel_that_fails_to_build_falls_back_to_torch_at_the_regions_first_c
     assert result["same"], result  # eager's results, from torch
     assert result["failures"][0] and "kernel build refused" in result["failures"][0], result
     assert any("'inductor' failed on its first run" in w for w in result["warnings"]), result
+
+
+_PROBE_ONCE = """
+import json
+from torch._inductor import cpu_vec_isa
+from thunder_executor_inductor import _vec_isa
+
+_vec_isa.start({})
+_vec_isa.wait()
+flags = cpu_vec_isa.x86_isa_checker()
+candidates = [str(i) for i in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(i).split())]
+print(json.dumps({"valid": [str(i) for i in cpu_vec_isa.valid_vec_isa_list()],
+                  "picked": str(cpu_vec_isa.pick_vec_isa()), "candidates": candidates}))
+"""
+
+
+def test_the_widest_vector_isa_is_probed_alone_unless_another_may_be_asked_for(tmp_path):
+    """Inductor uses the widest ISA that works: when it does, the narrower ones are not built;
+    with ATEN_CPU_CAPABILITY set, every candidate is probed and the one asked for is picked."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def probe(**env):
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE_ONCE],
+            env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / str(len(env))), **env},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
+        return json.loads(done.stdout.splitlines()[-1])
+
+    plain = probe()
+    if len(plain["candidates"]) < 2 or "avx2" not in plain["candidates"]:
+        pytest.skip("this CPU names fewer than two x86 vector ISAs: nothing to leave out")
+    assert plain["valid"] == [plain["candidates"][0]] == [plain["picked"]], plain
+    asked = probe(ATEN_CPU_CAPABILITY="avx2")
+    assert asked["picked"] == "avx2" and len(asked["valid"]) > 1, asked
