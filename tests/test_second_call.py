@@ -206,3 +206,29 @@ def test_two_threads_making_the_second_call_at_once_compile_each_region_once():
     assert len(results) == 2 and executor.compiles == 1
     for r in results:
         torch.testing.assert_close(r, f(x))
+
+
+class InterruptedOnce(SlowRegions):
+    """Its first compile is interrupted (Ctrl-C), its later ones succeed."""
+
+    def compile_region(self, region):
+        if self.compiles == 0:
+            self.compiles += 1
+            raise KeyboardInterrupt
+        return super().compile_region(region)
+
+
+def test_a_compile_interrupted_at_the_second_call_reaches_the_caller_and_is_tried_again():
+    executor = InterruptedOnce()
+    x = torch.randn(4, 3)
+    trace, _ = capture(f, (x,), {}, positional_names=["x"])
+    calls = ProgramCalls()
+    with compiling_at_second_call(calls):
+        lowered = assign_executors(trace, [executor, torch_executor.executor])
+    program = calls.counting(lowered.python_callable())
+    torch.testing.assert_close(program(x), f(x))
+    with pytest.raises(KeyboardInterrupt):
+        program(x)
+    assert calls.pending  # still to compile
+    torch.testing.assert_close(program(x), f(x))
+    assert executor.compiles == 2 and not calls.pending

@@ -432,7 +432,7 @@ class BackgroundCompile:
         except RegionNotSupported as reason:
             self._declined(f"{self._executor} could not compile the region: {reason}")
             return
-        except BaseException as error:  # noqa: BLE001 - a failed compile leaves the torch operations
+        except Exception as error:  # noqa: BLE001 - a failed compile leaves the torch operations
             self._keep_torch(f"{self._executor} failed compiling a region: {type(error).__name__}: {error}")
             return
         self._ready = compiled

@@ -7,13 +7,15 @@ regions costs seconds of code generation and C++ builds for kernels that run onc
 job's ``recompiled_regions="at_second_call"`` (the default), a program compiled again for a
 function with fixed sizes runs its first call with each fusion region's operations run by the
 torch executor, and compiles the regions when it is called a second time, on the calling thread,
-before the program runs. What runs is the same on every run of a job: reproducible.
+before the program runs. What runs is the same on every run of a job (the first call's results
+are rounded as torch's kernels round them, later calls' as the compiled region's).
 
 Not deferred: the first program of a function (compiled at once, as ``torch.compile`` does), a
 program with symbolic sizes (one compile serves every size; its compile may add size guards,
 which must be taken with the program's), regions with effects (in-place updates, random draws),
-strict mode (a failure must reach the caller), and programs compiled with
-``compile_in_background`` set to ``"recompiles"`` or ``"always"``, which decides for them.
+strict mode (a failure must reach the caller), jobs with an ``after_executors`` pass (CUDA graphs
+would keep what the first call ran), and programs compiled with ``compile_in_background`` set
+to ``"recompiles"`` or ``"always"``, which decides for them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+import torch
 
 from thunder_core.executors import failures
 from thunder_core.executors.background import BackgroundCompile, foreground_compile
@@ -35,28 +39,38 @@ class ProgramCalls:
     counted, not the regions' runs; and no region compiles in the middle of the program (inside
     autograd's backward, or a CUDA graph's capture)."""
 
-    def __init__(self):
+    def __init__(self, progress: Callable[[], AbstractContextManager] = nullcontext):
         self.count = 0
         self.pending: list[SecondCallCompile] = []
         self._lock = threading.Lock()
+        self._progress = progress  # the job's display of a long compile (thunder_core.progress)
 
     def counting(self, program: Callable) -> Callable:
         def counted(*args):
-            if self.count < 2:
-                with self._lock:  # one thread makes the second call
-                    self.count += 1
-                    second = self.count == 2
-                if second:
-                    self.compile_pending()
+            if self.pending and self._second_call_or_later():
+                self.compile_pending()
             return program(*args)
 
         return counted
 
+    def _second_call_or_later(self) -> bool:
+        if self.count < 2:
+            with self._lock:
+                self.count += 1
+        return self.count >= 2
+
     def compile_pending(self) -> None:
-        with foreground_compile():
+        """Compile the regions left for this call, each once; one whose compile is interrupted
+        (``KeyboardInterrupt``) stays pending for the next call. Not while a CUDA stream is
+        being captured into a graph: the next call compiles them."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return
+        with self._progress(), foreground_compile():
             for region in list(self.pending):
                 region.compile()
-        self.pending.clear()
+                with self._lock:
+                    if region in self.pending:
+                        self.pending.remove(region)
 
 
 _at_second_call: contextvars.ContextVar[ProgramCalls | None] = contextvars.ContextVar(

@@ -454,6 +454,8 @@ class ThunderFunction:
             recompile
             and not background
             and getattr(config, "recompiled_regions", "at_once") == "at_second_call"
+            # a pass over the lowered program (CUDA graphs) would keep what the first call ran
+            and not (self._job is not None and self._job.passes.get("after_executors"))
         )
         progress_mode = config.progress if config is not None else "auto"
         with (
@@ -487,7 +489,11 @@ class ThunderFunction:
                     compiled.key = key
                     compiled.sizes_note = f"sizes fixed: the program specializes {described}"
                     return compiled
-            calls = ProgramCalls() if later else None
+            calls = (
+                ProgramCalls(lambda: compiling(_display_name(self._guard_root), progress_mode))
+                if later
+                else None
+            )
             with compiling_at_second_call(calls):
                 compiled = self._compile_now(args, kwargs, key)
             compiled.key, compiled.sizes_note = key, failed

@@ -52,8 +52,8 @@ def _probe_vector_isas(widest_is_used: bool) -> None:
     seconds each on a 2-core x86, four of them on a CPU with AMX), one after the other, and then
     uses the widest that works, unless ``ATEN_CPU_CAPABILITY`` or ``cpp.simdlen`` asks for
     another. So when neither does (``widest_is_used``), the widest is probed first, and when it
-    works Inductor's list of valid ISAs (cached for the process) is made of it alone: the
-    narrower ones are never used then. Otherwise, or when the widest fails, every candidate is
+    works Inductor's list of valid ISAs is it alone for as long as nothing asks for another (the
+    narrower ones are never used then). Otherwise, or when the widest fails, every candidate is
     probed, in parallel. Each result is cached, so Inductor's own ``valid_vec_isa_list()`` reuses
     them. Failures are left for the real compile to report.
     """
@@ -80,13 +80,16 @@ def _probe_vector_isas(widest_is_used: bool) -> None:
 
 
 def _listed_alone(isa) -> None:
-    """Inductor's cached list of valid ISAs, made of ``isa`` (probed) alone."""
-    supported = cpu_vec_isa.supported_vec_isa_list
-    cpu_vec_isa.supported_vec_isa_list = [isa]
-    try:
-        cpu_vec_isa.valid_vec_isa_list()
-    finally:
-        cpu_vec_isa.supported_vec_isa_list = supported
+    """Inductor's list of valid ISAs: ``isa`` (probed) alone while nothing asks for another; when
+    something does (``ATEN_CPU_CAPABILITY``, ``cpp.simdlen`` set later or on another thread),
+    Inductor's own list, every candidate probed."""
+    full = cpu_vec_isa.valid_vec_isa_list
+
+    def valid_vec_isa_list() -> list:
+        return [isa] if _widest_is_used({}) else full()
+
+    valid_vec_isa_list.cache_clear = getattr(full, "cache_clear", lambda: None)
+    cpu_vec_isa.valid_vec_isa_list = valid_vec_isa_list  # what pick_vec_isa() calls
 
 
 def _widest_is_used(options: dict) -> bool:
