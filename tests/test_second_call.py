@@ -160,15 +160,21 @@ class FailingRegions(FusionExecutor):
         raise RuntimeError("compiler crashed")
 
 
-def test_a_compile_that_fails_at_the_second_call_warns_and_leaves_the_torch_operations():
-    executor = FailingRegions()
-    x = torch.randn(4, 3)
+def _recompiled_program(executor, x):
+    """``f`` claimed by ``executor`` as a recompiled program's regions are: the program, counted,
+    and its calls."""
     trace, _ = capture(f, (x,), {}, positional_names=["x"])
     calls = ProgramCalls()
     with compiling_at_second_call(calls):
         lowered = assign_executors(trace, [executor, torch_executor.executor])
+    return calls.counting(lowered.python_callable()), calls
+
+
+def test_a_compile_that_fails_at_the_second_call_warns_and_leaves_the_torch_operations():
+    executor = FailingRegions()
+    x = torch.randn(4, 3)
+    program, calls = _recompiled_program(executor, x)
     assert executor.compiles == 0
-    program = calls.counting(lowered.python_callable())
     torch.testing.assert_close(program(x), f(x))
     assert executor.compiles == 0
     with pytest.warns(RuntimeWarning, match="failing.*compiler crashed"):
@@ -190,11 +196,7 @@ class SlowRegions(FailingRegions):
 def test_two_threads_making_the_second_call_at_once_compile_each_region_once():
     executor = SlowRegions()
     x = torch.randn(4, 3)
-    trace, _ = capture(f, (x,), {}, positional_names=["x"])
-    calls = ProgramCalls()
-    with compiling_at_second_call(calls):
-        lowered = assign_executors(trace, [executor, torch_executor.executor])
-    program = calls.counting(lowered.python_callable())
+    program, calls = _recompiled_program(executor, x)
     program(x)
     calls.count = 1  # both threads below make the second call
     results = []
@@ -221,11 +223,7 @@ class InterruptedOnce(SlowRegions):
 def test_a_compile_interrupted_at_the_second_call_reaches_the_caller_and_is_tried_again():
     executor = InterruptedOnce()
     x = torch.randn(4, 3)
-    trace, _ = capture(f, (x,), {}, positional_names=["x"])
-    calls = ProgramCalls()
-    with compiling_at_second_call(calls):
-        lowered = assign_executors(trace, [executor, torch_executor.executor])
-    program = calls.counting(lowered.python_callable())
+    program, calls = _recompiled_program(executor, x)
     torch.testing.assert_close(program(x), f(x))
     with pytest.raises(KeyboardInterrupt):
         program(x)
