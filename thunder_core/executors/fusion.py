@@ -140,37 +140,26 @@ def compile_now(executor, region: Region) -> Callable:
 
 def _compile(executor, region: Region, impure: bool, bound_symbols: list[BoundSymbol]) -> Callable:
     """The region compiled now, on the worker thread while its torch operations run
-    (``thunder_core.executors.background``), or at the program's second call
+    (``thunder_core.executors.background``), or before the program's second call
     (``thunder_core.executors.second_call``)."""
-    if impure or strict():
-        return compile_now(executor, region)
-    calls = at_second_call()
-    if calls is not None:  # never set together with in_background()
-        try:
-            fallback = torch_fallback(region)
-        except SymbolicSizeError as error:
-            raise RegionNotSupported(f"{executor.name}: {error}") from error
-        except Exception:  # noqa: BLE001 - the region cannot run as it is: its compile says why, now
-            return compile_now(executor, region)
-        return SecondCallCompile(
-            lambda: compile_now(executor, region),
-            fallback,
-            executor.name,
-            region.inputs,
-            bound_symbols,
-            operations(bound_symbols),
-            calls,
-        )
-    if not executor.compiles_in_background or not in_background():
+    calls = at_second_call()  # never set together with in_background()
+    background = executor.compiles_in_background and in_background()
+    if impure or strict() or (calls is None and not background):
         return compile_now(executor, region)
     try:
         fallback = torch_fallback(region)
-        executor.prepare_compiles()
+        if background:
+            executor.prepare_compiles()
     except SymbolicSizeError as error:
         # Its code reads a size that its inputs do not carry: no executor can compile it apart.
         raise RegionNotSupported(f"{executor.name}: {error}") from error
     except Exception:  # noqa: BLE001 - the region cannot run as it is: its compile says why, now
         return compile_now(executor, region)
+    if calls is not None:
+        build = lambda: compile_now(executor, region)  # noqa: E731
+        return SecondCallCompile(
+            build, fallback, executor.name, region.inputs, bound_symbols, operations(bound_symbols), calls
+        )
     return BackgroundCompile(lambda: executor.compile_region(region), fallback, executor.name, region.inputs)
 
 

@@ -453,7 +453,8 @@ class ThunderFunction:
         later = (
             recompile
             and not background
-            and getattr(config, "recompiled_regions", "at_once") == "at_second_call"
+            and config is not None
+            and config.recompiled_regions == "at_second_call"
             # a pass over the lowered program (CUDA graphs) would keep what the first call ran
             and not (self._job is not None and self._job.passes.get("after_executors"))
         )

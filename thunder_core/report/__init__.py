@@ -385,7 +385,7 @@ def _generated_code(impl) -> str:
         for name in ("source", "source_code"):  # Numba's kernels say ``source``, Inductor's ``source_code``
             if isinstance(attributes.get(name), str):
                 return attributes[name]
-        impl = attributes.get("fn") or attributes.get("_ready")  # _ready: a region compiled later
+        impl = attributes.get("fn") or getattr(impl, "compiled", None)  # a region compiled later
     return ""
 
 
