@@ -12,7 +12,7 @@ from thunder_core.executors.failures import FirstCall, report_failure, strict
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.executors.second_call import SecondCallCompile, at_second_call
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbolic import SymbolicSizeError
+from thunder_core.ir.symbolic import SymbolicSizeError, mentioned_symbols, size_symbols
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
     OPAQUE,
@@ -43,13 +43,56 @@ def _last_uses(bsyms: list[BoundSymbol]) -> dict[str, int]:
     return last
 
 
+def _size_carriers(inputs) -> dict:
+    """Size symbol -> the first of a trace's ``inputs`` whose sizes give it (``symbolic.size_symbols``)."""
+    carriers: dict = {}
+    for p in inputs:
+        if isinstance(p, TensorProxy):
+            for symbol, _, _ in size_symbols([p]):
+                carriers.setdefault(symbol, p)
+    return carriers
+
+
+def _mentioned(bsyms: list[BoundSymbol]) -> set:
+    symbols: set = set()
+    for b in bsyms:
+        symbols |= mentioned_symbols((b.args, b.kwargs, b.output))
+        if b.subsymbols:
+            symbols |= _mentioned(b.subsymbols)
+    return symbols
+
+
+def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict) -> list:
+    """``inputs``, plus an input of the whole trace for each size symbol the region's operations
+    use and its own inputs do not give (``torch.arange(s0 + 1)`` over a mask whose length is
+    another symbol): the region reads that size from it, as the program does, and so compiles
+    once for every size instead of going back to torch."""
+    if not carriers:
+        return inputs
+    given = {symbol for symbol, _, _ in size_symbols(inputs)}
+    missing = _mentioned(bsyms) - given
+    names = {p.name for p in inputs}
+    extra = []
+    for symbol in sorted(missing, key=str):
+        carrier = carriers.get(symbol)
+        if carrier is not None and carrier.name not in names:
+            names.add(carrier.name)
+            extra.append(carrier)
+    return inputs + extra
+
+
 def _region(
-    bsyms: list[BoundSymbol], position: int, last_uses: dict[str, int], read_after: set[str]
+    bsyms: list[BoundSymbol],
+    position: int,
+    last_uses: dict[str, int],
+    read_after: set[str],
+    carriers: dict | None = None,
 ) -> Region:
     """The region of ``bsyms`` ending before ``position``: what it reads, and what is used after
     it (read from ``position`` on, or named in ``read_after``: the trace's outputs, and what the
-    operations deferred past the region read)."""
-    inputs = free_inputs(bsyms)
+    operations deferred past the region read). ``carriers`` (``_size_carriers``) supply the
+    sizes the region uses that its own inputs do not give."""
+    inputs = _with_size_carriers(free_inputs(bsyms), bsyms, carriers or {})
     outputs, out_seen = [], set()
     for b in bsyms:
         for p in b.flat_outputs():
@@ -233,6 +276,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
     given_back: dict[str, str] = {}
     regions = 0
     last_uses = _last_uses(bsyms)
+    carriers = _size_carriers(trace.inputs)
 
     def give_back(reason: str) -> None:
         for b in run:
@@ -261,7 +305,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
             )
         else:
             read_after = trace_outputs | {p.name for b in deferred for p in b.flat_args()}
-            region = _region(list(run), position, last_uses, read_after)
+            region = _region(list(run), position, last_uses, read_after, carriers)
             whole = list(run)  # what is given back if the region fails, the views moved after it included
             after: list[BoundSymbol] = []
             if executor.views_after_region:
@@ -270,7 +314,7 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                     for b in after:
                         run.remove(b)
                     read_after = read_after | {p.name for b in after for p in b.flat_args()}
-                    region = _region(list(run), position, last_uses, read_after)
+                    region = _region(list(run), position, last_uses, read_after, carriers)
                 else:
                     after = []
             name = f"{executor.name}_fusion_{regions + 1}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from thunder_core.ir.tree import leaves
+
 SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -94,6 +96,22 @@ def size_symbols(inputs) -> list[tuple[object, torch.SymInt, str]]:
                     if offset:
                         read = f"({read} {'-' if offset > 0 else '+'} {abs(offset)})"
                     found.append((symbol, size, read if scale == 1 else f"{read} // {scale}"))
+    return found
+
+
+def mentioned_symbols(values) -> set:
+    """The size symbols that ``values`` mention: symbolic sizes, and the sizes and strides of
+    tensors (proxies) and slice bounds, in any nesting of tuples, lists and dicts."""
+    found: set = set()
+    for value in leaves(values):
+        if isinstance(value, slice):
+            found |= mentioned_symbols([value.start, value.stop, value.step])
+        elif isinstance(value, SYMBOLIC_TYPES):
+            found |= value.node.expr.free_symbols
+        elif isinstance(value, torch.Tensor):
+            for size in (*value.shape, *value.stride()):
+                if isinstance(size, torch.SymInt):
+                    found |= size.node.expr.free_symbols
     return found
 
 

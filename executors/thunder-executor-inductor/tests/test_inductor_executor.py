@@ -319,6 +319,31 @@ def test_a_region_with_symbolic_sizes_compiles_once_for_every_size():
     assert report.executor == "inductor"
 
 
+
+def test_a_region_using_a_size_that_only_another_input_has_reads_it_from_that_input():
+    """Hugging Face's decoding mask: ``arange(cache length + 1)`` compared with positions, where
+    the region's own inputs do not have the cache's length. The region takes the cache as an
+    extra input to read that size, and compiles once for every length instead of going back to
+    torch op by op."""
+
+    def mask(cache, positions, padding):
+        kv = torch.arange(cache.shape[2] + 1)
+        causal = kv[None, :] <= positions[:, None]
+        return (causal & padding.bool()[:, : cache.shape[2] + 1]).float().cumsum(-1) * 2
+
+    jfn = thunder_core.jit(mask, executors=["inductor"], dynamic=True)
+    for length in (5, 9, 17):
+        cache = torch.randn(1, 4, length, 8)
+        positions = torch.tensor([length - 2])
+        padding = torch.ones(1, 40, dtype=torch.int64)
+        padding[0, 1] = 0
+        torch.testing.assert_close(jfn(cache, positions, padding), mask(cache, positions, padding))
+    assert thunder_core.cache_info(jfn).entries == 1
+    trace = thunder_core.last_traces(jfn)[-1]
+    (region,) = [b for b in trace.bound_symbols if b.executor == "inductor"]
+    assert "cache" in [p.name for p in region.args], str(trace)
+    assert not [b for b in trace.bound_symbols if b.executor == "torch" and b.symbol.name != "del"], str(trace)
+
 def _stored_in_a_cache(k):
     """What Hugging Face's ``DynamicLayer.update`` stores after a prefill: ``cat`` of an empty
     tensor and the new keys, which eager lays out contiguously whatever the keys' layout."""
