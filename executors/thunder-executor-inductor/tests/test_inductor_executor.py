@@ -319,7 +319,6 @@ def test_a_region_with_symbolic_sizes_compiles_once_for_every_size():
     assert report.executor == "inductor"
 
 
-
 def test_a_region_using_a_size_that_only_another_input_has_reads_it_from_that_input():
     """Hugging Face's decoding mask: ``arange(cache length + 1)`` compared with positions, where
     the region's own inputs do not have the cache's length. The region takes the cache as an
@@ -342,7 +341,10 @@ def test_a_region_using_a_size_that_only_another_input_has_reads_it_from_that_in
     trace = thunder_core.last_traces(jfn)[-1]
     (region,) = [b for b in trace.bound_symbols if b.executor == "inductor"]
     assert "cache" in [p.name for p in region.args], str(trace)
-    assert not [b for b in trace.bound_symbols if b.executor == "torch" and b.symbol.name != "del"], str(trace)
+    assert not [b for b in trace.bound_symbols if b.executor == "torch" and b.symbol.name != "del"], str(
+        trace
+    )
+
 
 def _stored_in_a_cache(k):
     """What Hugging Face's ``DynamicLayer.update`` stores after a prefill: ``cat`` of an empty
