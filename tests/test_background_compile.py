@@ -158,15 +158,16 @@ def _worker_holds_the_lock(executor) -> None:
         time.sleep(0.001)
 
 
-def test_a_region_whose_code_reads_a_size_its_inputs_do_not_carry_is_given_back_without_waiting():
-    """Its torch operations cannot be generated apart from the program, nor can any executor's
-    code: it goes back to torch at once, not after waiting for the worker's compile."""
+def test_a_region_whose_code_reads_a_size_of_an_input_it_does_not_read_takes_that_input_without_waiting():
+    """The region's code reads the size from the program's input that has it (an extra region
+    input), so it compiles like any other region: in the background, without waiting for the
+    worker's compile, and correct before and after it is swapped in."""
     held, second = GatedRegions("held"), GatedRegions("second")
     second.gate.set()
     _worker_holds_the_lock(held)
 
     def g(x, y):
-        return (x.exp() + y.shape[0]).sin()  # a size of y, which the region does not take
+        return (x.exp() + y.shape[0]).sin()  # a size of y, which the region's operations do not read
 
     x, y = torch.randn(5, 3), torch.randn(6, 2)
     sizes = SymbolicSizes({1: frozenset({0})})
@@ -181,13 +182,18 @@ def test_a_region_whose_code_reads_a_size_its_inputs_do_not_carry_is_given_back_
     thread.start()
     thread.join(timeout=30)
     waited = thread.is_alive()
+    (program,) = claimed if not waited else [None]
+    if program is not None:  # before the worker compiles it: the region's torch operations
+        torch.testing.assert_close(program.python_callable()(x, y), g(x, y))
     held.gate.set()
     thread.join(timeout=60)
     assert thunder_core.wait_for_compiles(timeout=60)
     assert not waited, "claiming waited for the worker's compile"
-    (program,) = claimed
-    assert all(b.executor != "second" for b in program.bound_symbols)
-    torch.testing.assert_close(program.python_callable()(x, y), g(x, y))
+    (region,) = [b for b in program.bound_symbols if b.executor == "second"]
+    assert [p.name for p in region.args] == ["x", "y"]
+    for rows in (6, 9):
+        y = torch.randn(rows, 2)
+        torch.testing.assert_close(program.python_callable()(x, y), g(x, y))
 
 
 def test_in_a_program_compiled_in_the_background_claims_are_measured_once_the_worker_is_idle():

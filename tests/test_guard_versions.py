@@ -102,12 +102,16 @@ def _restore_state():
     SETTINGS.scale, SETTINGS.table, SETTINGS.order = 2.0, {"shift": 1.0}, ["a", "b"]
 
 
+@pytest.mark.parametrize("calls", [3, 3 + guards.NATIVE_AFTER_CALLS], ids=["python", "native"])
 @pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__.removeprefix("_"))
-def test_a_change_after_the_versions_were_recorded_is_seen(change):
+def test_a_change_after_the_versions_were_recorded_is_seen(change, calls):
+    """``native``: enough calls in a row that PyTorch's C++ guard manager checks the versions."""
+    if calls > 3:
+        pytest.importorskip("torch._dynamo")  # its guard managers need it imported
     net = Net()
     jnet = thunder_core.jit(net, executors=["torch"])
     x = torch.randn(3, 4)
-    for _ in range(3):  # compile; record the versions; the short path
+    for _ in range(calls):  # compile; record the versions; the short path
         torch.testing.assert_close(jnet(x), net(x))
     handle = change(net)
     try:
@@ -149,3 +153,26 @@ def test_the_short_path_runs_only_the_checks_no_version_covers():
     net.scale = 3.0
     index, value = guard.check()
     assert value == 3.0 and "net.scale" in guard.describe((index, value))
+
+
+@pytest.mark.skipif(
+    sys.version_info >= (3, 12), reason="dict versions (PEP 509) are read before CPython 3.12"
+)
+def test_pytorchs_guard_manager_takes_over_the_versions_after_calls_in_a_row_and_sees_a_write():
+    pytest.importorskip("torch._dynamo")
+    builder = guards.GuardBuilder()
+    net = Net()
+    builder.contents(net, "net")
+    guard = builder.build()
+    assert guard.check() is None  # the full check, which records the versions
+    python_hold = guard._namespace["_hold"]
+    for _ in range(guards.NATIVE_AFTER_CALLS):
+        assert guard.check() is None
+    native = guard._namespace["_hold"]
+    assert native is not python_hold and native() is True
+    net.settings.bias = 3.0
+    assert native() is False
+    index, value = guard.check()
+    assert value == 3.0 and "bias" in guard.describe((index, value))
+    net.settings.bias = 0.5
+    assert guard.check() is None and guard._namespace["_hold"] is python_hold  # read from Python again

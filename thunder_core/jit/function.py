@@ -169,6 +169,7 @@ class ThunderFunction:
         # tried before the key is built (``_remember_fast``); reset whenever the cache changes.
         self._fast: tuple | None = None
         self._fast_checks: dict[tuple, object] = {}  # key -> its compiled metadata check
+        self._state_known: tuple | None = None  # (count, metadata check, key part) of the state's tensors
         self._warned_torch_func = False
         functools.update_wrapper(self, fn, updated=())
 
@@ -278,9 +279,26 @@ class ThunderFunction:
                 add_to_key(value, key, leaves, name, 0, seen)
         if self._state is not None:
             key.append(self._state.key())
-            for t in self._state.tensors():  # real tensors, also while another thread captures
-                add_to_key(t, key, leaves, "state")
+            key.append(self._state_part(self._state.tensors(), leaves))
         return tuple(key), leaves
+
+    def _state_part(self, tensors: list, leaves: list) -> tuple:
+        """The parameters' and buffers' part of a key, as one tuple; their tensors go to ``leaves``.
+
+        Their metadata is read again only when PyTorch's own check (``tensor_metadata_check``, one
+        C++ call) says it changed since the last call: a forward called with keyword arguments (a
+        Hugging Face decoding step) skips walking every parameter.
+        """
+        known = self._state_known
+        if known is not None and len(tensors) == known[0] and known[1](*tensors):
+            leaves.extend(tensors)
+            return known[2]
+        part: list = []
+        for t in tensors:  # real tensors, also while another thread captures
+            add_to_key(t, part, leaves, "state")
+        check = tensor_metadata_check(tuple(tensors))
+        self._state_known = None if check is None else (len(tensors), check, tuple(part))
+        return tuple(part)
 
     def _describe(self, args, kwargs) -> dict[str, str]:
         out = {"grad mode": "enabled" if torch.is_grad_enabled() else "disabled"}

@@ -151,8 +151,15 @@ def compile_region(region, name: str, options: dict):
     expected = tuple(tuple(p.stride()) for p in region.inputs)
     compiled = compile_for(expected)
     variants = {expected: compiled}
+    traced = list(expected)
+    direct, building = getattr(compiled, "direct", None), getattr(compiled, "building", None)
 
     def run(*args):
+        # The common call, in one frame: the traced strides, straight into the generated code.
+        if direct is not None and [a.stride() for a in args] == traced:
+            if building:
+                _finish(building)
+            return direct(list(args))
         strides = tuple(a.stride() for a in args)
         if strides == expected:
             return tuple(compiled(*args))
@@ -279,6 +286,7 @@ def _compile_static(fn, examples: list, options: dict):
             _finish(building)
         return call(list(args))
 
+    run.direct, run.building = call, building  # what compile_region's call of these strides runs
     run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
     return run
 
@@ -313,7 +321,7 @@ def _compile_symbolic(fn, examples: list, options: dict):
         if building:
             _finish(building)
         try:
-            return tuple(call(list(args)))
+            return call(list(args))
         except AssertionError:  # Inductor's stride assertion: other strides than traced
             return tuple(fn(*args))
 
