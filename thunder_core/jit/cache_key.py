@@ -56,6 +56,43 @@ def _path_text(path) -> str:
     return path + "".join(reversed(steps))
 
 
+# What ``add_to_key`` does with a value, decided once per type (``_kind``).
+_TENSOR, _VALUE, _SLICE, _IDENTITY, _LIST, _SEQUENCE, _DICT, _MAPPING, _OBJECT, _OTHER = range(10)
+_KINDS: dict[type, int] = {}
+_MAX_KINDS = 4096  # types remembered; others are classified on every call
+
+
+def _classify(x) -> int:
+    if isinstance(x, Tensor):
+        return _TENSOR
+    if type(x) in _VALUE_TYPES:
+        return _VALUE
+    if type(x) is slice:
+        return _SLICE
+    if isinstance(x, _BY_IDENTITY):
+        return _IDENTITY
+    if type(x) is list:
+        return _LIST
+    if isinstance(x, (tuple, list)):
+        return _SEQUENCE
+    if type(x) is dict:
+        return _DICT
+    if isinstance(x, dict):
+        return _MAPPING
+    if is_argument_object(x):
+        return _OBJECT
+    return _OTHER
+
+
+def _kind(x) -> int:
+    kind = _KINDS.get(type(x))
+    if kind is None:
+        kind = _classify(x)
+        if len(_KINDS) < _MAX_KINDS:
+            _KINDS[type(x)] = kind
+    return kind
+
+
 def add_to_key(x, key: list, leaves: list, path, depth: int = 0, seen: dict | None = None) -> None:
     """Append ``x``'s part of the key; tensors and numbers also go to ``leaves``.
 
@@ -64,42 +101,45 @@ def add_to_key(x, key: list, leaves: list, path, depth: int = 0, seen: dict | No
     ``seen`` (shared by the arguments of one call) holds the plain lists, dicts and objects
     walked so far: one reached again is keyed as that one, and its tensors are not leaves twice
     (capture proxifies each such container once, in place)."""
-    if isinstance(x, Tensor):
+    kind = _KINDS.get(type(x))
+    if kind is None:
+        kind = _kind(x)
+    if kind == _TENSOR:
         key.append(x.shape)
         key.append(x.stride())
         key.append(x.dtype)
         key.append(x.device)
         key.append(x.requires_grad)
         leaves.append(x)
-    elif type(x) in _VALUE_TYPES:
+    elif kind == _VALUE:
         if type(x) is float and (x == 0.0 or x != x):  # -0.0 == 0.0 and nan != nan: key them apart/together
             key.append((float, math.copysign(1.0, x), x == x))
         else:
             key.append((type(x), x))
         if type(x) in _NUMBER_TYPES:
             leaves.append(x)
-    elif type(x) is slice:
+    elif kind == _SLICE:
         key.append((slice, x.start, x.stop, x.step))
         for part in (x.start, x.stop, x.step):
             if not isinstance(part, (int, type(None))):
                 raise unsupported_argument(path, x)
-    elif isinstance(x, _BY_IDENTITY):
+    elif kind == _IDENTITY:
         key.append((type(x), x))  # these compare by identity; the key keeps the object alive
-    elif type(x) is list and _seen_before(x, key, seen):
-        return
-    elif isinstance(x, (tuple, list)):
+    elif kind == _LIST or kind == _SEQUENCE:
+        if kind == _LIST and _seen_before(x, key, seen):
+            return
         _check_depth(path, depth)
         key.append((type(x), len(x)))
         for i, item in enumerate(x):
             add_to_key(item, key, leaves, (path, i), depth + 1, seen)
-    elif type(x) is dict and _seen_before(x, key, seen):
-        return
-    elif isinstance(x, dict):
+    elif kind == _DICT or kind == _MAPPING:
+        if kind == _DICT and _seen_before(x, key, seen):
+            return
         _check_depth(path, depth)
         key.append((type(x), tuple(x)))
         for k, item in x.items():
             add_to_key(item, key, leaves, (path, (k,)), depth + 1, seen)
-    elif is_argument_object(x):  # walked by its attributes (thunder_core.capture.objects)
+    elif kind == _OBJECT:  # walked by its attributes (thunder_core.capture.objects)
         if _seen_before(x, key, seen):
             return
         _check_depth(path, depth)
