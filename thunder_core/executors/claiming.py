@@ -92,7 +92,62 @@ _VIEW_OF_UPDATED = (
 )
 
 
-def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list, updated=frozenset()) -> None:
+@dataclass
+class _Decomposed:
+    """A bound symbol run as its decomposition because some executor took part of it."""
+
+    bsym: BoundSymbol
+    decision: Decision
+    parts: list[Decision]  # the decisions made for its parts (of every depth)
+
+
+def _recompose(trace: Trace, decomposed: list[_Decomposed], decisions: list[Decision]) -> Trace:
+    """Put back whole each decomposed bound symbol whose parts all ended with torch (what
+    was taken went back, as a shape op outside a region does): one call of the original
+    operation (``F.linear``) instead of its parts (a permute and a matmul), as eager runs it."""
+    bsyms = list(trace.bound_symbols)
+    changed = False
+    for record in reversed(decomposed):  # inner decompositions first: an outer one may follow
+        produced = {p.name for d in record.parts for p in d.bsym.flat_outputs()}
+        positions = [i for i, b in enumerate(bsyms) if any(p.name in produced for p in b.flat_outputs())]
+        if not positions or positions != list(range(positions[0], positions[-1] + 1)):
+            continue
+        run = bsyms[positions[0] : positions[-1] + 1]
+        if any(b.executor != torch_executor.NAME for b in run):
+            continue
+        outputs = {p.name for p in record.bsym.flat_outputs()}
+        inside = {p.name for b in run for p in b.flat_outputs()} - outputs
+        after = bsyms[positions[-1] + 1 :]
+        if any(p.name in inside for b in after for p in b.flat_args()) or any(
+            p.name in inside for p in _output_leaves(trace)
+        ):
+            continue
+        bsyms[positions[0] : positions[-1] + 1] = [torch_executor.claim(record.bsym)]
+        record.decision.executor = torch_executor.NAME
+        record.decision.note = "its parts all went back to torch: run whole"
+        record.decision.bsym = bsyms[positions[0]]
+        parts = {id(d) for d in record.parts}
+        decisions[:] = [d for d in decisions if id(d) not in parts]
+        changed = True
+    return trace.with_bound_symbols(bsyms) if changed else trace
+
+
+def _output_leaves(trace: Trace) -> list:
+    from thunder_core.ir.proxies import PROXY_TYPES
+    from thunder_core.ir.tree import leaves
+
+    return [x for x in leaves(trace.output) if isinstance(x, PROXY_TYPES)]
+
+
+def _assign(
+    bsym: BoundSymbol,
+    executors,
+    fallback,
+    out: list,
+    decisions: list,
+    updated=frozenset(),
+    decomposed: list | None = None,
+) -> None:
     declined = {}
     if bsym.symbol.name in VIEW_OPS and any(p.name in updated for p in bsym.flat_outputs()):
         declined = {e.name: _VIEW_OF_UPDATED for e in executors if isinstance(e, FusionExecutor)}
@@ -106,9 +161,13 @@ def _assign(bsym: BoundSymbol, executors, fallback, out: list, decisions: list, 
         declined[executor.name] = str(verdict)
     whole = bsym.symbol.has_tag(WHOLE) or bsym.symbol.has_tag(RANDOM)
     if bsym.subsymbols and not whole and _someone_takes_part(bsym.subsymbols, executors):
-        decisions.append(Decision(bsym, "(decomposed)", declined, "run as its decomposition"))
+        decision = Decision(bsym, "(decomposed)", declined, "run as its decomposition")
+        decisions.append(decision)
+        first = len(decisions)
         for sub in bsym.subsymbols:
-            _assign(sub.replace(source=bsym.source), executors, fallback, out, decisions, updated)
+            _assign(sub.replace(source=bsym.source), executors, fallback, out, decisions, updated, decomposed)
+        if decomposed is not None and fallback is not None and bsym.symbol.impl is not None:
+            decomposed.append(_Decomposed(bsym, decision, decisions[first:]))
         return
     if fallback is None:
         raise ThunderCoreError(
@@ -134,11 +193,12 @@ def assign_executors(
     claimed: list[BoundSymbol] = []
     decisions: list[Decision] = []
     updated = updated_in_place(trace.bound_symbols)
+    decomposed: list[_Decomposed] = []
     for bsym in trace.bound_symbols:
         if bsym.symbol.has_tag(PYTHON):
             claimed.append(bsym.replace(executor=python_executor.NAME))
             continue
-        _assign(bsym, others, fallback, claimed, decisions, updated)
+        _assign(bsym, others, fallback, claimed, decisions, updated, decomposed)
     result = trace.with_bound_symbols(claimed, None)
     for executor in others:
         if isinstance(executor, FusionExecutor):
@@ -168,6 +228,11 @@ def assign_executors(
                 if decision.executor == executor.name and any(n in given_back for n in names):
                     decision.declined[executor.name] = given_back[next(n for n in names if n in given_back)]
                     decision.executor = torch_executor.NAME
+    if decomposed:
+        given_back = getattr(result, "given_back", None)
+        result = _recompose(result, decomposed, decisions)
+        if given_back is not None:
+            result.given_back = given_back
     if select == "measure":
 
         def claim(part: Trace, some_executors: list) -> Trace:

@@ -716,3 +716,21 @@ def test_the_widest_vector_isa_is_probed_alone_unless_another_may_be_asked_for(t
     assert plain["valid"] == [plain["candidates"][0]] == [plain["picked"]], plain
     asked = probe(ATEN_CPU_CAPABILITY="avx2")
     assert asked["picked"] == "avx2" and len(asked["valid"]) > 1, asked
+
+
+def test_a_linear_whose_weight_transpose_went_back_to_torch_runs_whole():
+    """Inductor takes the transpose of ``linear``'s decomposition but not its matmul; the
+    transpose alone is no region, so both parts end with torch, which then runs the ``linear``
+    itself (one library call, as eager), not a permute and a matmul."""
+
+    def f(x, w):
+        return F.linear(x, w).sin().cos()
+
+    x, w = torch.randn(2, 64), torch.randn(32, 64)
+    jfn = thunder_core.jit(f, executors=["inductor"])
+    torch.testing.assert_close(jfn(x, w), f(x, w))
+    trace = thunder_core.last_traces(jfn)[-1]
+    names = [(b.symbol.name, b.executor) for b in trace.bound_symbols if b.symbol.name != "del"]
+    assert ("linear", "torch") in names and not any(n in ("matmul", "permute") for n, _ in names), names
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.linear")
+    assert report.executor == "torch"
