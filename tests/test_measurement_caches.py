@@ -78,3 +78,11 @@ def test_each_timed_run_reads_another_copy():
     runs = read["a"] + read["b"]
     assert len(runs) >= 2 and len(set(runs)) == len(runs)  # no copy read twice in a few rounds
     assert x.data_ptr() not in runs
+
+
+def test_no_more_copies_than_timed_runs():
+    """A small weight in a large cache would take hundreds of copies, of which a measurement of
+    a few rounds reads a few: as many as the runs, plus one, are made."""
+    weight = torch.nn.Parameter(torch.randn(128, 128))  # 64 KiB: copied whatever the inputs' size
+    assert ColdInputs((torch.randn(1, 128), weight), {}, cache_bytes=CACHE).copies > 8
+    assert ColdInputs((torch.randn(1, 128), weight), {}, cache_bytes=CACHE, runs=7).copies == 8

@@ -23,6 +23,11 @@ import torch
 from thunder_core.ir.tree import leaves, tree_map
 
 DEFAULT_CACHE_BYTES = 32 * 2**20  # when the system does not say
+# The most the copies of one claim's inputs hold together. A server CPU's last-level cache (480 MiB
+# on some Xeons) is shared by dozens of cores; filling all of it for every claim measured made
+# copying take half a second of a first call, and a program's weights that fit in it stay there
+# between two calls anyway: past this size a copy is out of the core's own caches, as in the program.
+MAX_RING_BYTES = 32 * 2**20
 SMALL_INPUT_BYTES = 2**20  # inputs smaller than this are most likely cached in the program too
 COLD_WEIGHT_BYTES = 2**16  # a parameter this large is cold in the program whatever the inputs' size
 
@@ -75,23 +80,26 @@ class ColdInputs:
     ``SMALL_INPUT_BYTES`` in all are not copied: a value that small was most likely just written
     by the operation before, and is in the cache in the program too. Inputs with a parameter of
     at least ``COLD_WEIGHT_BYTES`` are copied whatever their size: the program reads each weight
-    once per call, after the rest of the call has pushed it out. Timed on a cached 688x256
+    once per call, after the rest of the call has pushed it out. With ``runs`` (the timed runs
+    to come) there are no more copies than runs. Timed on a cached 688x256
     weight, a decoding step's one-row linear took torch 52 us and Numba's kernel 59 us; on cold
     copies, 113 us and 52 us, as in the program. Views with gaps or overlaps
     (a slice of a larger buffer, an expanded tensor) and tensors of other devices or subclasses
     are passed as they are. The copies live as long as this object.
     """
 
-    def __init__(self, args: tuple, kwargs: dict, cache_bytes: int | None = None):
+    def __init__(self, args: tuple, kwargs: dict, cache_bytes: int | None = None, runs: int | None = None):
         copied = [x for x in leaves((args, kwargs)) if _copyable(x)]
         size = sum(x.nbytes for x in copied)
-        cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+        cache_bytes = min(last_level_cache_bytes(), MAX_RING_BYTES) if cache_bytes is None else cache_bytes
         weight = any(isinstance(x, torch.nn.Parameter) and x.nbytes >= COLD_WEIGHT_BYTES for x in copied)
         cached_in_program = size < SMALL_INPUT_BYTES and not weight
         if cached_in_program or size >= cache_bytes:  # (or too large to be cached at all)
             self._ring = [(args, kwargs)]
         else:
             count = -(-cache_bytes // size) + 1  # the others fill the cache between two reads of one
+            if runs is not None:  # no more copies than timed runs: none is read twice anyway
+                count = min(count, runs + 1)
             with torch.no_grad():
                 self._ring = [tree_map(_copy, (args, kwargs)) for _ in range(count)]
         self._turn = 0

@@ -264,7 +264,7 @@ class Measured:
         ready, failed, result = self._compile_and_warm_up(args, kwargs)
         if not ready:  # pragma: no cover - torch is always a candidate; it raising is the user's error
             raise RuntimeError(f"every executor failed to run {self._operations}: {failed}")
-        seconds = _time_interleaved(ready, ColdInputs(args, kwargs))
+        seconds = _time_interleaved(ready, ColdInputs(args, kwargs, runs=MAX_ROUNDS * len(ready)))
         claimed = self.candidates[0].name
         chosen = _fastest(seconds, claimed)
         self.selection = Selection(chosen, seconds, failed)

@@ -740,7 +740,11 @@ def check_side_effects(compiled: Compiled, namespaces) -> None:
     is a stand-in without data, and the side effect cannot be replayed by the trace.
     """
     guard = compiled.guard
-    changed = guard.failures()
+    try:
+        unchanged = guard.check() is None  # the usual answer, without compiling every check apart
+    except Exception:  # noqa: BLE001 - a check that raises is listed by failures() below
+        unchanged = False
+    changed = [] if unchanged else guard.failures()
     leaked = [
         what for index, current in changed if holds_proxy(current) for what in [guard.descriptions[index][0]]
     ]
