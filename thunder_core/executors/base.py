@@ -242,6 +242,13 @@ class FusionExecutor(Executor):
         compile goes to the background worker, so that a compiler imported lazily (at its first
         region) is never imported on the worker while the program runs; nothing by default."""
 
+    def model_compile_starting(self) -> None:
+        """A model's program (a module with parameters) is about to be captured for a job with
+        this executor: start one-time set-up that takes long and does not depend on the regions
+        (a check of the compiler), so that it runs while the program is captured and transformed.
+        Nothing by default. Programs of plain functions (``jit(lambda a, b: a + b)``) do not call
+        it: a job whose program has no region of this executor need import nothing of its library."""
+
     def materializes(self, bsym: BoundSymbol) -> bool:
         """Whether a compiled region writes this operation's inputs and outputs to memory (a call
         into a library kernel such as a matmul) instead of keeping them in registers; False by

@@ -464,6 +464,8 @@ class ThunderFunction:
 
     def _compile(self, args, kwargs, key, leaves) -> Compiled:
         config = self._job.config if self._job is not None else None
+        if self._job is not None and self._state is not None and self._state.slots:
+            _model_compile_starting(self._job.executors)
         mode = config.compile_in_background if config is not None else "never"
         recompile = bool(self._entries) or self._first_is_recompile
         background = wants_background(mode, recompile)
@@ -729,6 +731,18 @@ def _root_name(root) -> str:
     if isinstance(root, torch.nn.Module):
         return "model"
     return getattr(root, "__qualname__", None) or getattr(root, "__name__", None) or type(root).__qualname__
+
+
+def _model_compile_starting(executors) -> None:
+    """Let the job's fusion executors start their slow one-time set-up while a model is captured."""
+    for executor in executors:
+        starting = getattr(executor, "model_compile_starting", None)
+        if starting is None:
+            continue
+        try:
+            starting()
+        except Exception:  # noqa: BLE001 - a set-up that fails fails again, and is reported, at the first region
+            pass
 
 
 def check_side_effects(compiled: Compiled, namespaces) -> None:

@@ -534,6 +534,37 @@ def test_inductor_is_imported_when_its_first_region_compiles_not_when_the_plugin
     assert result == {"same": True, "before": [], "after": True, "ran": ["inductor"]}
 
 
+_MODEL_STARTS_THE_CHECK = """
+import json, sys
+import torch
+import thunder_core
+
+x = torch.randn(8, 16)
+add = thunder_core.jit(lambda a, b: a + b)
+add(x, x)
+after_function = "thunder_executor_inductor._vec_isa" in sys.modules
+model = torch.nn.Linear(16, 4)
+jmodel = thunder_core.jit(model)  # the default executors: the linear alone is no Inductor region
+same = torch.allclose(jmodel(x), model(x))
+from thunder_executor_inductor import _vec_isa
+print(json.dumps({"after_function": after_function, "started": _vec_isa._thread is not None, "same": same}))
+"""
+
+
+def test_a_models_first_compile_starts_the_cpu_check_while_it_is_captured():
+    """The vector ISA check (seconds on a first compile with empty caches) starts before a model
+    is captured; a plain function's compile does not start it (nor import Inductor)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _MODEL_STARTS_THE_CHECK], capture_output=True, text=True, check=True
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"after_function": False, "started": True, "same": True}
+
+
 _PROBE_TWICE = """
 import json, sys
 from torch._inductor import cpu_vec_isa

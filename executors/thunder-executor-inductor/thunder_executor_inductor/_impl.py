@@ -154,6 +154,11 @@ class InductorExecutor(FusionExecutor):
         _isa_probe().start(self.inductor_options)
         from thunder_executor_inductor import _backend  # noqa: F401
 
+    def model_compile_starting(self) -> None:
+        """Start the CPU's vector ISA check (``_vec_isa``), the longest part of Inductor's first
+        compile in a process, while the model is captured."""
+        _isa_probe().start(self.inductor_options)
+
     def compile_region(self, region):
         _isa_probe().start(self.inductor_options)  # its compiler runs while Inductor is imported
         from thunder_executor_inductor import _backend  # Inductor itself, imported at the first compile
