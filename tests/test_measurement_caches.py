@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from thunder_core.executors.caches import SMALL_INPUT_BYTES, ColdInputs
+from thunder_core.executors.caches import MIN_RING_BYTES, SMALL_INPUT_BYTES, ColdInputs
 from thunder_core.executors.selection import _time_interleaved
 
 CACHE = 8 * SMALL_INPUT_BYTES  # a cache size for the tests, independent of this machine's
@@ -83,6 +83,9 @@ def test_each_timed_run_reads_another_copy():
 def test_no_more_copies_than_timed_runs():
     """A small weight in a large cache would take hundreds of copies, of which a measurement of
     a few rounds reads a few: as many as the runs, plus one, are made."""
-    weight = torch.nn.Parameter(torch.randn(128, 128))  # 64 KiB: copied whatever the inputs' size
-    assert ColdInputs((torch.randn(1, 128), weight), {}, cache_bytes=CACHE).copies > 8
-    assert ColdInputs((torch.randn(1, 128), weight), {}, cache_bytes=CACHE, runs=7).copies == 8
+    weight = torch.nn.Parameter(torch.randn(512, 512))  # 1 MiB
+    assert ColdInputs((torch.randn(1, 512), weight), {}, cache_bytes=4 * CACHE).copies > 24
+    assert ColdInputs((torch.randn(1, 512), weight), {}, cache_bytes=4 * CACHE, runs=20).copies == 21
+    small = torch.nn.Parameter(torch.randn(128, 128))  # 64 KiB: never fewer copies than fill 8 MiB
+    copies = ColdInputs((torch.randn(1, 128), small), {}, cache_bytes=4 * CACHE, runs=7).copies
+    assert copies * small.nbytes >= MIN_RING_BYTES

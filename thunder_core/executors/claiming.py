@@ -101,42 +101,72 @@ class _Decomposed:
     parts: list[Decision]  # the decisions made for its parts (of every depth)
 
 
+def _outputs(bsym: BoundSymbol) -> tuple[str, ...]:
+    return tuple(p.name for p in bsym.flat_outputs())
+
+
+def _first_producers(bsyms: list[BoundSymbol]) -> dict[str, int]:
+    position: dict[str, int] = {}
+    for i, b in enumerate(bsyms):
+        for name in _outputs(b):
+            position.setdefault(name, i)
+    return position
+
+
+def _whole_again(
+    record: _Decomposed, bsyms: list[BoundSymbol], position: dict[str, int], inputs: set[str], outputs: set[str]
+):
+    """Where ``record``'s parts run, as ``(start, end)`` of ``bsyms``, when the bound symbol can run
+    whole there instead; else None. Each direct part must be there, in order and next to the
+    others, as itself (an inner decomposition put back whole counts), run by torch, updating
+    nothing in place; what the parts compute besides the bound symbol's outputs must be read by
+    nothing else; and its arguments must be computed before the first part."""
+    parts = record.bsym.subsymbols
+    start = position.get(_outputs(parts[0])[0]) if parts and _outputs(parts[0]) else None
+    if start is None or start + len(parts) > len(bsyms):
+        return None
+    run = bsyms[start : start + len(parts)]
+    for part, b in zip(parts, run):
+        if b.symbol.name != part.symbol.name or _outputs(b) != _outputs(part) or b.executor != torch_executor.NAME:
+            return None
+        if is_impure(b) or set(_outputs(b)) & {p.name for p in b.flat_args()}:
+            return None
+    inside = {n for b in run for n in _outputs(b)} - set(_outputs(record.bsym))
+    if any(p.name in inside for b in bsyms[start + len(parts) :] for p in b.flat_args()) or inside & outputs:
+        return None
+    defined = inputs | {n for b in bsyms[:start] for n in _outputs(b)}
+    if any(p.name not in defined for p in record.bsym.flat_args()):
+        return None
+    return start, start + len(parts)
+
+
 def _recompose(trace: Trace, decomposed: list[_Decomposed], decisions: list[Decision]) -> Trace:
     """Put back whole each decomposed bound symbol whose parts all ended with torch (what
     was taken went back, as a shape op outside a region does): one call of the original
-    operation (``F.linear``) instead of its parts (a permute and a matmul), as eager runs it."""
+    operation (``F.linear``) instead of its parts (a permute and a matmul), as eager runs it.
+    Inner decompositions come first in ``decomposed``, so an outer one can follow them."""
+    from thunder_core.ir.proxies import PROXY_TYPES
+    from thunder_core.ir.tree import leaves
+
     bsyms = list(trace.bound_symbols)
+    inputs = {p.name for p in leaves(trace.inputs) if isinstance(p, PROXY_TYPES)}
+    outputs = {x.name for x in leaves(trace.output) if isinstance(x, PROXY_TYPES)}
+    position = _first_producers(bsyms)
     changed = False
-    for record in reversed(decomposed):  # inner decompositions first: an outer one may follow
-        produced = {p.name for d in record.parts for p in d.bsym.flat_outputs()}
-        positions = [i for i, b in enumerate(bsyms) if any(p.name in produced for p in b.flat_outputs())]
-        if not positions or positions != list(range(positions[0], positions[-1] + 1)):
+    for record in decomposed:
+        found = _whole_again(record, bsyms, position, inputs, outputs)
+        if found is None:
             continue
-        run = bsyms[positions[0] : positions[-1] + 1]
-        if any(b.executor != torch_executor.NAME for b in run):
-            continue
-        outputs = {p.name for p in record.bsym.flat_outputs()}
-        inside = {p.name for b in run for p in b.flat_outputs()} - outputs
-        after = bsyms[positions[-1] + 1 :]
-        if any(p.name in inside for b in after for p in b.flat_args()) or any(
-            p.name in inside for p in _output_leaves(trace)
-        ):
-            continue
-        bsyms[positions[0] : positions[-1] + 1] = [torch_executor.claim(record.bsym)]
+        start, end = found
+        bsyms[start:end] = [torch_executor.claim(record.bsym)]
+        position = _first_producers(bsyms)
         record.decision.executor = torch_executor.NAME
         record.decision.note = "its parts all went back to torch: run whole"
-        record.decision.bsym = bsyms[positions[0]]
+        record.decision.bsym = bsyms[start]
         parts = {id(d) for d in record.parts}
         decisions[:] = [d for d in decisions if id(d) not in parts]
         changed = True
     return trace.with_bound_symbols(bsyms) if changed else trace
-
-
-def _output_leaves(trace: Trace) -> list:
-    from thunder_core.ir.proxies import PROXY_TYPES
-    from thunder_core.ir.tree import leaves
-
-    return [x for x in leaves(trace.output) if isinstance(x, PROXY_TYPES)]
 
 
 def _assign(

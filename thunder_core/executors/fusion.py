@@ -12,7 +12,7 @@ from thunder_core.executors.failures import FirstCall, report_failure, strict
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.executors.second_call import SecondCallCompile, at_second_call
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbolic import SymbolicSizeError, mentioned_symbols, size_symbols
+from thunder_core.ir.symbolic import SymbolicSizeError, hint, mentioned_symbols, size_symbols
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
     OPAQUE,
@@ -44,12 +44,13 @@ def _last_uses(bsyms: list[BoundSymbol]) -> dict[str, int]:
 
 
 def _size_carriers(inputs) -> dict:
-    """Size symbol -> the first of a trace's ``inputs`` whose sizes give it (``symbolic.size_symbols``)."""
+    """Size symbol -> the plain tensors among a trace's ``inputs`` whose sizes give it
+    (``symbolic.size_symbols``), in input order."""
     carriers: dict = {}
     for p in inputs:
-        if isinstance(p, TensorProxy):
+        if type(p) is TensorProxy:
             for symbol, _, _ in size_symbols([p]):
-                carriers.setdefault(symbol, p)
+                carriers.setdefault(symbol, []).append(p)
     return carriers
 
 
@@ -62,20 +63,28 @@ def _mentioned(bsyms: list[BoundSymbol]) -> set:
     return symbols
 
 
-def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict) -> list:
+def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict, alive) -> list:
     """``inputs``, plus an input of the whole trace for each size symbol the region's operations
     use and its own inputs do not give (``torch.arange(s0 + 1)`` over a mask whose length is
     another symbol): the region reads that size from it, as the program does, and so compiles
-    once for every size instead of going back to torch."""
+    once for every size instead of going back to torch. Of the inputs that give a symbol, one on
+    the region's device that the program keeps anyway (``alive(name)``) is taken first, else
+    the smallest (a backward frees its inputs after their last use)."""
     if not carriers:
         return inputs
     given = {symbol for symbol, _, _ in size_symbols(inputs)}
     missing = _mentioned(bsyms) - given
+    if not missing:
+        return inputs
+    devices = {p.device for p in inputs if isinstance(p, TensorProxy)}
     names = {p.name for p in inputs}
     extra = []
     for symbol in sorted(missing, key=str):
-        carrier = carriers.get(symbol)
-        if carrier is not None and carrier.name not in names:
+        candidates = [p for p in carriers.get(symbol, ()) if not devices or p.device in devices]
+        if not candidates:
+            continue
+        carrier = min(candidates, key=lambda p: (not alive(p.name), hint(p.numel())))
+        if carrier.name not in names:
             names.add(carrier.name)
             extra.append(carrier)
     return inputs + extra
@@ -92,7 +101,8 @@ def _region(
     it (read from ``position`` on, or named in ``read_after``: the trace's outputs, and what the
     operations deferred past the region read). ``carriers`` (``_size_carriers``) supply the
     sizes the region uses that its own inputs do not give."""
-    inputs = _with_size_carriers(free_inputs(bsyms), bsyms, carriers or {})
+    alive = lambda name: name in read_after or last_uses.get(name, -1) >= position  # noqa: E731
+    inputs = _with_size_carriers(free_inputs(bsyms), bsyms, carriers or {}, alive)
     outputs, out_seen = [], set()
     for b in bsyms:
         for p in b.flat_outputs():

@@ -176,7 +176,8 @@ def _install_version_checks(namespace: dict) -> None:
         streak[0] += 1
         if streak[0] == NATIVE_AFTER_CALLS:
             native = _native_versions_check(dicts)
-            if native is not None:
+            # Versions only grow: the same ones after the build mean it recorded the checked state.
+            if native is not None and tuple(map(version, dicts)) == namespace["_versions"]:
                 namespace["_hold"] = native
         return True
 

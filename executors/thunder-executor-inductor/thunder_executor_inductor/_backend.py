@@ -275,14 +275,10 @@ def _compile_static(fn, examples: list, options: dict):
         fake_mode = FakeTensorMode(shape_env=ShapeEnv())
         fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
         building: list = []
-        # cpp_wrapper is an argument here, not read from the config. No size asserts in the
-        # generated code: compile_region calls it only with the strides it was compiled for
-        # (it compares them first), and the program's guards fix the sizes.
-        with (
-            tracing(TracingContext(fake_mode)),
-            _kernels_built_later(building, examples),
-            torch._inductor.config.patch(size_asserts=False),
-        ):
+        # cpp_wrapper is an argument here, not read from the config. Inductor's size asserts stay:
+        # besides the inputs' (which compile_region compares first) they check what library
+        # kernels inside the region return against their meta kernels.
+        with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
             compiled = compile_fx_inner(graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper))
     _built_now(compiled, building)
     call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
