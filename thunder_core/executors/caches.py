@@ -101,7 +101,9 @@ class ColdInputs:
             self._ring = [(args, kwargs)]
         else:
             count = -(-cache_bytes // size) + 1  # the others fill the cache between two reads of one
-            if runs is not None:  # no more copies than timed runs (none is read twice), but past a core's caches
+            if (
+                runs is not None
+            ):  # no more copies than timed runs (none is read twice), but past a core's caches
                 count = min(count, max(runs + 1, -(-MIN_RING_BYTES // size) + 1))
             with torch.no_grad():
                 self._ring = [tree_map(_copy, (args, kwargs)) for _ in range(count)]

@@ -114,7 +114,11 @@ def _first_producers(bsyms: list[BoundSymbol]) -> dict[str, int]:
 
 
 def _whole_again(
-    record: _Decomposed, bsyms: list[BoundSymbol], position: dict[str, int], inputs: set[str], outputs: set[str]
+    record: _Decomposed,
+    bsyms: list[BoundSymbol],
+    position: dict[str, int],
+    inputs: set[str],
+    outputs: set[str],
 ):
     """Where ``record``'s parts run, as ``(start, end)`` of ``bsyms``, when the bound symbol can run
     whole there instead; else None. Each direct part must be there, in order and next to the
@@ -127,7 +131,11 @@ def _whole_again(
         return None
     run = bsyms[start : start + len(parts)]
     for part, b in zip(parts, run):
-        if b.symbol.name != part.symbol.name or _outputs(b) != _outputs(part) or b.executor != torch_executor.NAME:
+        if (
+            b.symbol.name != part.symbol.name
+            or _outputs(b) != _outputs(part)
+            or b.executor != torch_executor.NAME
+        ):
             return None
         if is_impure(b) or set(_outputs(b)) & {p.name for p in b.flat_args()}:
             return None
