@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import thunder_core
-from thunder_core.jit import guards
+from thunder_core.jit import dict_versions, guards
 
 SETTINGS = types.SimpleNamespace(scale=2.0, table={"shift": 1.0}, order=["a", "b"])
 OFFSET = 1.0
@@ -102,7 +102,7 @@ def _restore_state():
     SETTINGS.scale, SETTINGS.table, SETTINGS.order = 2.0, {"shift": 1.0}, ["a", "b"]
 
 
-@pytest.mark.parametrize("calls", [3, 3 + guards.NATIVE_AFTER_CALLS], ids=["python", "native"])
+@pytest.mark.parametrize("calls", [3, 3 + dict_versions.NATIVE_AFTER_CALLS], ids=["python", "native"])
 @pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__.removeprefix("_"))
 def test_a_change_after_the_versions_were_recorded_is_seen(change, calls):
     """``native``: enough calls in a row that PyTorch's C++ guard manager checks the versions."""
@@ -166,7 +166,7 @@ def test_pytorchs_guard_manager_takes_over_the_versions_after_calls_in_a_row_and
     guard = builder.build()
     assert guard.check() is None  # the full check, which records the versions
     python_hold = guard._namespace["_hold"]
-    for _ in range(guards.NATIVE_AFTER_CALLS):
+    for _ in range(dict_versions.NATIVE_AFTER_CALLS):
         assert guard.check() is None
     native = guard._namespace["_hold"]
     assert native is not python_hold and native() is True

@@ -78,14 +78,14 @@ class ColdInputs:
     """Copies of one claim's inputs, handed out in turn (``next``) so that each timed run finds
     its inputs out of the caches.
 
-    The copies together hold at least the largest cache's size, up to ``MAX_RING_BYTES``. Inputs smaller than
-    ``SMALL_INPUT_BYTES`` in all are not copied: a value that small was most likely just written
-    by the operation before, and is in the cache in the program too. Inputs with a parameter of
-    at least ``COLD_WEIGHT_BYTES`` are copied whatever their size: the program reads each weight
-    once per call, after the rest of the call has pushed it out. With ``runs`` (the timed runs
-    to come) there are no more copies than runs, unless they would hold less than
-    ``MIN_RING_BYTES`` (then the runs would read copies still in the core's caches). Timed on a cached 688x256
-    weight, a decoding step's one-row linear took torch 52 us and Numba's kernel 59 us; on cold
+    The copies together hold at least the largest cache's size, up to ``MAX_RING_BYTES``.
+    Inputs smaller than ``SMALL_INPUT_BYTES`` in all are not copied: a value that small was most
+    likely just written by the operation before, and is in the cache in the program too. Inputs
+    with a parameter of at least ``COLD_WEIGHT_BYTES`` are copied whatever their size: the
+    program reads each weight once per call, after the rest of the call has pushed it out. With
+    ``runs`` (the timed runs to come) there are no more copies than runs, unless they would hold
+    less than ``MIN_RING_BYTES`` (then the runs would read copies still in the core's caches).
+    Timed on a cached 688x256 weight, a decoding step's one-row linear took torch 52 us and Numba's kernel 59 us; on cold
     copies, 113 us and 52 us, as in the program. Views with gaps or overlaps
     (a slice of a larger buffer, an expanded tensor) and tensors of other devices or subclasses
     are passed as they are. The copies live as long as this object.
@@ -101,9 +101,8 @@ class ColdInputs:
             self._ring = [(args, kwargs)]
         else:
             count = -(-cache_bytes // size) + 1  # the others fill the cache between two reads of one
-            if (
-                runs is not None
-            ):  # no more copies than timed runs (none is read twice), but past a core's caches
+            if runs is not None:
+                # no more copies than timed runs (none is read twice), but past a core's caches
                 count = min(count, max(runs + 1, -(-MIN_RING_BYTES // size) + 1))
             with torch.no_grad():
                 self._ring = [tree_map(_copy, (args, kwargs)) for _ in range(count)]

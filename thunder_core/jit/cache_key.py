@@ -56,7 +56,7 @@ def _path_text(path) -> str:
     return path + "".join(reversed(steps))
 
 
-# What ``add_to_key`` does with a value, decided once per type (``_kind``).
+# What ``add_to_key`` does with a value, decided once per type (``_classify``).
 _TENSOR, _VALUE, _SLICE, _IDENTITY, _LIST, _SEQUENCE, _DICT, _MAPPING, _OBJECT, _OTHER = range(10)
 _KINDS: dict[type, int] = {}
 _MAX_KINDS = 4096  # types remembered; others are classified on every call
@@ -84,12 +84,10 @@ def _classify(x) -> int:
     return _OTHER
 
 
-def _kind(x) -> int:
-    kind = _KINDS.get(type(x))
-    if kind is None:
-        kind = _classify(x)
-        if len(_KINDS) < _MAX_KINDS:
-            _KINDS[type(x)] = kind
+def _remember_kind(x) -> int:
+    kind = _classify(x)
+    if len(_KINDS) < _MAX_KINDS:
+        _KINDS[type(x)] = kind
     return kind
 
 
@@ -103,7 +101,7 @@ def add_to_key(x, key: list, leaves: list, path, depth: int = 0, seen: dict | No
     (capture proxifies each such container once, in place)."""
     kind = _KINDS.get(type(x))
     if kind is None:
-        kind = _kind(x)
+        kind = _remember_kind(x)
     if kind == _TENSOR:
         key.append(x.shape)
         key.append(x.stride())
