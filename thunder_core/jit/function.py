@@ -31,6 +31,7 @@ from thunder_core.jit.dynamic import (
     fits,
 )
 from thunder_core.jit.fingerprint import versions
+from thunder_core.jit.flatten import build_flattener
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
@@ -169,6 +170,9 @@ class ThunderFunction:
         # tried before the key is built (``_remember_fast``); reset whenever the cache changes.
         self._fast: tuple | None = None
         self._fast_checks: dict[tuple, object] = {}  # key -> its compiled metadata check
+        # (grad mode, generated flattener, entry, Compiled, state check it relies on, state key):
+        # the last call's entry when its arguments were not all tensors (``_remember_structured``)
+        self._fast_structured: tuple | None = None
         self._state_known: tuple | None = None  # (count, metadata check, key part) of the state's tensors
         self._warned_torch_func = False
         functools.update_wrapper(self, fn, updated=())
@@ -204,6 +208,41 @@ class ThunderFunction:
             check = self._fast_checks[key] = tensor_metadata_check(leaves)
         self._fast = None if check is None else (key[0], len(leaves), check, entry, state_key)
 
+    def _remember_structured(self, key: tuple, entry: tuple, compiled, args, kwargs) -> None:
+        """Serve the next calls with this call's structure through a generated flattener
+        (``thunder_core.jit.flatten``) instead of the key, built once per entry."""
+        slot = None if compiled.symbolic_dims else key  # a symbolic entry's flattener serves every size
+        flatten = compiled.flatteners.get(slot)
+        if flatten is None:
+            flatten = compiled.flatteners[slot] = (
+                build_flattener(args, kwargs, compiled.symbolic_dims) or False
+            )
+        known = self._state_known
+        if flatten is False or (self._state is not None and known is None):
+            self._fast_structured = None
+            return
+        state_key = self._state.key() if self._state is not None else None
+        self._fast_structured = (key[0], flatten, entry, compiled, known, state_key)
+
+    def _structured_hit(self, fast: tuple, args, kwargs):
+        """The leaves of this call if it takes the last structured call's entry, else None."""
+        leaves = fast[1](args, kwargs)
+        if leaves is None:
+            return None
+        state = self._state
+        if state is not None:
+            known = fast[4]
+            tensors = state.tensors()
+            if known is not self._state_known or state.key() != fast[5] or len(tensors) != known[0]:
+                return None
+            if not known[1](*tensors):
+                return None
+            leaves.extend(tensors)
+        compiled = fast[3]
+        if compiled.symbolic_dims and not compiled.size_guard(leaves):
+            return None
+        return leaves
+
     def __call__(self, *args, **kwargs):
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
         if _recorders.stack:  # called while another jitted function is being captured: inline
@@ -222,6 +261,16 @@ class ThunderFunction:
                     self._hits += 1
                     self._last = entry[2]
                     return entry[1](*leaves)
+        structured = self._fast_structured  # the last call's entry, if its arguments were not all tensors
+        if structured is not None and structured[0] is _is_grad_enabled():
+            leaves = self._structured_hit(structured, args, kwargs)
+            entry = structured[2]
+            if leaves is not None and (entry[0] is None or entry[0]() is None):
+                self._hits += 1
+                compiled = self._last = entry[2]
+                if compiled.epilogue is not None:
+                    return compiled.epilogue(entry[1](*leaves), args, kwargs)
+                return entry[1](*leaves)
         key = [_is_grad_enabled()]
         if not kwargs and self._state is None:
             for a in args:
@@ -250,6 +299,8 @@ class ThunderFunction:
             self._hits += 1
             compiled = self._last = entry[2]
             if compiled.epilogue is not None:  # argument objects: changed, or returned
+                if structured is None or structured[2] is not entry:
+                    self._remember_structured(key, entry, compiled, args, kwargs)
                 return compiled.epilogue(entry[1](*leaves), args, kwargs)
             if (
                 not kwargs
@@ -258,6 +309,8 @@ class ThunderFunction:
                 and all(isinstance(a, Tensor) for a in args)
             ):
                 self._remember_fast(key, entry, leaves, self._state.key())
+            elif structured is None or structured[2] is not entry:
+                self._remember_structured(key, entry, compiled, args, kwargs)
             return entry[1](*leaves)
         return self._miss(key, leaves, args, kwargs)
 
@@ -613,8 +666,11 @@ class ThunderFunction:
 
     def _use(self, args, kwargs, key, compiled: Compiled, leaves):
         check = compiled.guard.check if compiled.guard is not None and len(compiled.guard) else None
-        self._cache[key] = (check, compiled.callable, compiled)
+        self._cache[key] = entry = (check, compiled.callable, compiled)
         self._fast = None
+        self._fast_structured = None
+        if kwargs or not all(isinstance(a, Tensor) for a in args):
+            self._remember_structured(key, entry, compiled, args, kwargs)
         self._last = compiled
         if compiled.epilogue is not None:
             return compiled.epilogue(compiled.callable(*leaves), args, kwargs)

@@ -62,6 +62,9 @@ class Compiled:
     captured: Trace | None = None  # the trace capture made (what the on-disk cache stores)
     lifted: int = 0  # how many real tensors capture found outside the inputs (globals, closures)
     disk_note: str = ""  # the on-disk cache: whether the captured trace came from it, or why not
+    # Generated flatteners of calls that hit it (thunder_core.jit.flatten): by key, or under None
+    # for an entry with symbolic sizes (one serves every size); False where none can be made.
+    flatteners: dict = field(default_factory=dict)
 
 
 def _torch_only(job):

@@ -1,0 +1,127 @@
+"""Calls with keyword arguments and argument objects after their first hit: served by a
+generated flattener (``thunder_core.jit.flatten``) that must match exactly what the cache key
+matches. Every change the key would see (a value, a type, a dtype, a layout, an aliasing, a
+float's sign) must reach the slow path and give eager's result; sizes change freely only where
+the entry is symbolic."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+import thunder_core
+
+
+@dataclass
+class Cache:
+    keys: torch.Tensor
+    scale: float = 1.0
+    causal: bool = True
+
+
+def decode(x, *, cache: Cache, shift=0.0):
+    keys = torch.cat([cache.keys, x], dim=0)
+    cache.keys = keys
+    scores = keys @ x.t() * cache.scale + shift
+    if cache.causal:
+        scores = scores.tril(diagonal=keys.shape[0] - x.shape[0])
+    return scores.softmax(dim=0)
+
+
+def _both(jfn, x, cache: Cache, **kwargs):
+    reference = copy.deepcopy(cache)
+    got = jfn(x, cache=cache, **kwargs)
+    want = decode(x, cache=reference, **kwargs)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(cache.keys, reference.keys)
+    return got
+
+
+def _flattened(jfn) -> int:
+    """How many flatteners the entries hold (each made at a call that hit the entry)."""
+    return sum(len([f for f in c.flatteners.values() if f]) for c in jfn._entries)
+
+
+def test_each_value_the_key_holds_still_decides_after_the_fast_path_is_taken():
+    jfn = thunder_core.jit(decode)
+    x = torch.randn(1, 8)
+    cache = Cache(torch.randn(4, 8))
+    for _ in range(3):
+        _both(jfn, x, Cache(torch.randn(4, 8)))
+    assert _flattened(jfn) >= 1
+    hits = thunder_core.cache_info(jfn).hits
+    _both(jfn, x, Cache(torch.randn(4, 8)))  # the same structure: served without the key
+    assert thunder_core.cache_info(jfn).hits == hits + 1
+    # A Python value, a flag, a float's sign, a keyword's type: each is a different program
+    _both(jfn, x, Cache(torch.randn(4, 8), scale=0.5))
+    _both(jfn, x, Cache(torch.randn(4, 8), causal=False))
+    _both(jfn, x, cache, shift=-0.0)
+    _both(jfn, x, Cache(torch.randn(4, 8)), shift=0)
+    _both(jfn, x, Cache(torch.randn(4, 8)), shift=torch.tensor(0.5))
+
+
+def test_a_tensor_with_other_metadata_inside_an_object_is_not_taken_for_the_last_one():
+    jfn = thunder_core.jit(decode)
+    x = torch.randn(1, 8)
+    for _ in range(3):
+        _both(jfn, x, Cache(torch.randn(4, 8)))
+    misses = thunder_core.cache_info(jfn).misses
+    _both(jfn, x, Cache(torch.randn(8, 4).t()))  # another layout: the key holds strides
+    _both(jfn, x, Cache(torch.randn(4, 8)))
+    _both(jfn, x.double(), Cache(torch.randn(4, 8, dtype=torch.float64)))
+    leaf = Cache(torch.randn(4, 8, requires_grad=True))
+    got = jfn(x, cache=leaf)
+    assert got.requires_grad
+    assert thunder_core.cache_info(jfn).misses == misses + 3
+
+
+def test_sizes_change_freely_only_in_the_symbolic_dimension():
+    jfn = thunder_core.jit(decode)
+    x = torch.randn(1, 8)
+    cache = Cache(torch.randn(3, 8))
+    for _ in range(12):  # the cache grows by one row per call, as a decoding loop's does
+        _both(jfn, x, cache)
+    info = thunder_core.cache_info(jfn)
+    assert info.entries <= 2
+    assert len(jfn._cache) <= 4  # served by the flattener: no key per length
+    _both(jfn, torch.randn(2, 8), cache)  # two new rows: another size of a dim that was fixed
+    _both(jfn, torch.randn(1, 16), Cache(torch.randn(5, 16)))  # the feature dim changed
+
+
+def test_an_object_given_twice_after_two_different_ones_is_one_object():
+    def append_both(first: list, second: list, x):
+        first.append(x + 1)
+        second.append(x * 2)
+        return x.sum()
+
+    jfn = thunder_core.jit(append_both)
+    x = torch.randn(3)
+    for _ in range(3):
+        a, b = [0], [0]  # no tensor inside: nothing but the lists' identity tells the calls apart
+        jfn(a, second=b, x=x)
+        assert len(a) == 2 and len(b) == 2
+    assert thunder_core.cache_info(jfn).hits == 2
+    shared, eager_shared = [0], [0]
+    jfn(shared, second=shared, x=x)
+    append_both(eager_shared, eager_shared, x)
+    assert len(shared) == len(eager_shared) == 3
+    for got, want in zip(shared[1:], eager_shared[1:]):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_module_forward_with_keyword_arguments_sees_its_parameters_change():
+    model = torch.nn.Linear(8, 8)
+    jfn = thunder_core.jit(model)
+    x = torch.randn(2, 8)
+    for _ in range(3):
+        torch.testing.assert_close(jfn(input=x), model(input=x))
+    with torch.no_grad():
+        model.weight.mul_(2)  # in place: the same tensors, new values
+    torch.testing.assert_close(jfn(input=x), model(input=x))
+    model.weight = torch.nn.Parameter(torch.randn(8, 8, dtype=torch.float64))
+    model.bias = torch.nn.Parameter(torch.randn(8, dtype=torch.float64))
+    torch.testing.assert_close(jfn(input=x.double()), model(input=x.double()))
+    model.train(False)
+    torch.testing.assert_close(jfn(input=x.double()), model(input=x.double()))

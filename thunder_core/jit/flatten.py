@@ -1,0 +1,170 @@
+"""Generated flatteners: the hot path of calls whose arguments are not all tensors.
+
+A call with keyword arguments or argument objects (a Hugging Face decoding step: ``input_ids=``,
+``past_key_values=`` a ``DynamicCache`` of layers of tensors) is looked up by a cache key that
+``cache_key.add_to_key`` builds by walking every argument: a type test, a tuple and a few list
+appends per value, and a shape, a stride tuple and three more fields per tensor. Once a call
+has hit an entry, ``build_flattener`` turns that walk, for that call's structure, into straight
+Python code: the same type, length, key and value tests in a fixed order, the leaves collected
+in the key's order, and the tensors' metadata checked in one C++ call (PyTorch's
+``TensorGuards``, as Dynamo checks its inputs), with the entry's symbolic dimensions (and the
+strides of its symbolic tensors, which its size guard checks) left free. The flattener returns
+the leaves, or None when anything differs from what the key would have matched: then the key is
+built as before.
+
+The flattener is at least as strict as the key: a test it makes that the key does not (a tensor
+subclass, dispatch keys) only sends a call the slow way. Calls whose structure reaches the same
+list, dict or object twice are left to the key (``("same object as", n)``), and a call that
+does so where the recorded one did not fails the flattener's identity test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from thunder_core.capture.objects import is_argument_object
+from thunder_core.jit.cache_key import _BY_IDENTITY, _NUMBER_TYPES, _VALUE_TYPES
+
+Tensor = torch.Tensor
+
+
+def _float_part(x: float) -> tuple:
+    """A float as the key holds it (``-0.0`` apart from ``0.0``, every nan alike)."""
+    if x == 0.0 or x != x:
+        return (float, math.copysign(1.0, x), x == x)
+    return (float, x)
+
+
+class _Unsupported(Exception):
+    """The call holds something the generated code does not reproduce: the key serves it."""
+
+
+class _Writer:
+    def __init__(self, symbolic_dims: dict[int, frozenset[int]]):
+        self.lines: list[str] = []
+        self.constants: dict[str, object] = {}
+        self.leaves: list[str] = []
+        self.tensors: list[str] = []
+        self.tensor_values: list[Tensor] = []
+        self.walked: list[str] = []  # lists, dicts and objects: each reached once
+        self.walked_ids: set[int] = set()
+        self.symbolic_dims = symbolic_dims
+        self._names = 0
+
+    def name(self, prefix: str = "v") -> str:
+        self._names += 1
+        return f"{prefix}{self._names}"
+
+    def constant(self, value) -> str:
+        name = f"_c{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def fail_unless(self, condition: str) -> None:
+        self.lines.append(f"    if not ({condition}): return None")
+
+    def assign(self, expression: str) -> str:
+        var = self.name()
+        self.lines.append(f"    {var} = {expression}")
+        return var
+
+    def once(self, x, var: str) -> None:
+        if id(x) in self.walked_ids:
+            raise _Unsupported("the same container reached twice")
+        self.walked_ids.add(id(x))
+        self.walked.append(var)
+
+    def value(self, x, var: str) -> None:
+        """Code testing ``var`` as ``add_to_key`` keys ``x``, and collecting its leaves."""
+        if isinstance(x, Tensor):
+            self.fail_unless(f"isinstance({var}, Tensor)")
+            self.leaves.append(var)
+            self.tensors.append(var)
+            self.tensor_values.append(x)
+        elif type(x) in _VALUE_TYPES:
+            if type(x) is float:
+                self.fail_unless(
+                    f"type({var}) is float and _float_part({var}) == {self.constant(_float_part(x))}"
+                )
+            else:
+                self.fail_unless(f"type({var}) is {self.constant(type(x))} and {var} == {self.constant(x)}")
+            if type(x) in _NUMBER_TYPES:
+                self.leaves.append(var)
+        elif type(x) is slice:
+            parts = (x.start, x.stop, x.step)
+            if not all(isinstance(p, (int, type(None))) for p in parts):
+                raise _Unsupported("a slice of other values")
+            self.fail_unless(
+                f"type({var}) is slice and ({var}.start, {var}.stop, {var}.step) == {self.constant(parts)}"
+            )
+        elif isinstance(x, _BY_IDENTITY):
+            self.fail_unless(f"{var} is {self.constant(x)}")
+        elif isinstance(x, (tuple, list)):
+            self.fail_unless(f"type({var}) is {self.constant(type(x))} and len({var}) == {len(x)}")
+            if type(x) is list:
+                self.once(x, var)
+            for i, item in enumerate(x):
+                self.value(item, self.assign(f"{var}[{i}]"))
+        elif isinstance(x, dict):
+            self.fail_unless(
+                f"type({var}) is {self.constant(type(x))} and tuple({var}) == {self.constant(tuple(x))}"
+            )
+            if type(x) is dict:
+                self.once(x, var)
+            for k, item in x.items():
+                self.value(item, self.assign(f"{var}[{self.constant(k)}]"))
+        elif is_argument_object(x):
+            self.fail_unless(f"type({var}) is {self.constant(type(x))}")
+            self.once(x, var)
+            attributes = self.assign(f"vars({var})")
+            names = tuple(vars(x))
+            self.fail_unless(f"tuple({attributes}) == {self.constant(names)}")
+            for name, item in vars(x).items():
+                self.value(item, self.assign(f"{attributes}[{self.constant(name)}]"))
+        else:
+            raise _Unsupported(type(x).__qualname__)
+
+    def tensor_check(self) -> Callable | None:
+        """PyTorch's ``TensorGuards`` for the tensors met, symbolic dims and their strides left free."""
+        from torch._C._dynamo.guards import TensorGuards
+
+        sizes, strides = [], []
+        for i, t in enumerate(self.tensor_values):
+            dims = self.symbolic_dims.get(i, frozenset())
+            sizes.append([None if d in dims else s for d, s in enumerate(t.shape)])
+            strides.append([None] * t.dim() if dims else list(t.stride()))
+        return TensorGuards(*self.tensor_values, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
+
+
+def build_flattener(
+    args: tuple, kwargs: dict, symbolic_dims: dict[int, frozenset[int]] | None = None
+) -> Callable[[tuple, dict], list | None] | None:
+    """``flatten(args, kwargs)``: the leaves of a call with the structure and tensor metadata of
+    this one (``symbolic_dims``: ``{tensor index: dims}`` left free), else None; None when the
+    call holds something it cannot test as the key does."""
+    writer = _Writer(symbolic_dims or {})
+    try:
+        writer.fail_unless(f"len(a) == {len(args)} and len(k) == {len(kwargs)}")
+        if kwargs:
+            writer.fail_unless(f"tuple(k) == {writer.constant(tuple(kwargs))}")
+        for i, x in enumerate(args):
+            writer.value(x, writer.assign(f"a[{i}]"))
+        for name, x in kwargs.items():
+            writer.value(x, writer.assign(f"k[{writer.constant(name)}]"))
+        if writer.tensors:
+            writer.constants["_tensors_match"] = writer.tensor_check()
+            writer.fail_unless(f"_tensors_match({', '.join(writer.tensors)})")
+    except (_Unsupported, ImportError, RuntimeError, TypeError):
+        return None
+    if len(writer.walked) > 1:
+        ids = ", ".join(f"id({v})" for v in writer.walked)
+        writer.fail_unless(f"len({{{ids}}}) == {len(writer.walked)}")
+    source = "def flatten(a, k):\n" + "\n".join(writer.lines) + f"\n    return [{', '.join(writer.leaves)}]\n"
+    namespace = {"Tensor": Tensor, "_float_part": _float_part, **writer.constants}
+    exec(compile(source, "<thunder_core flatten>", "exec"), namespace)
+    flatten = namespace["flatten"]
+    flatten.source = source
+    return flatten
