@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+import pytest
 import torch
 
 import thunder_core
@@ -57,9 +58,58 @@ def test_each_value_the_key_holds_still_decides_after_the_fast_path_is_taken():
     # A Python value, a flag, a float's sign, a keyword's type: each is a different program
     _both(jfn, x, Cache(torch.randn(4, 8), scale=0.5))
     _both(jfn, x, Cache(torch.randn(4, 8), causal=False))
+    misses = thunder_core.cache_info(jfn).misses
     _both(jfn, x, cache, shift=-0.0)
     _both(jfn, x, Cache(torch.randn(4, 8)), shift=0)
     _both(jfn, x, Cache(torch.randn(4, 8)), shift=torch.tensor(0.5))
+    assert thunder_core.cache_info(jfn).misses == misses + 3  # -0.0, an int, a tensor: each its own entry
+
+
+def test_a_python_number_of_another_type_gives_eagers_dtype():
+    def scale(x, *, by):
+        return torch.arange(3) * by + x
+
+    jfn = thunder_core.jit(scale)
+    x = torch.zeros(3, dtype=torch.int64)
+    for _ in range(3):
+        assert jfn(x, by=2).dtype == torch.int64
+    got, want = jfn(x, by=2.0), scale(x, by=2.0)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+
+
+def test_containers_that_index_in_their_own_way_are_read_as_the_key_reads_them():
+    class Swapped(dict):  # indexing answers for the other key; iteration is a dict's
+        def __getitem__(self, k):
+            return dict.__getitem__(self, "b" if k == "a" else "a")
+
+    class Reversed(tuple):
+        def __getitem__(self, i):
+            return tuple.__getitem__(self, -1 - i)
+
+    def difference(d, *, pair, start=1):
+        first, second = pair
+        return d["a"] - d["b"] + (first - second) * start
+
+    jfn = thunder_core.jit(difference)
+    for _ in range(3):
+        d, pair = (
+            Swapped(a=torch.full((2,), 10.0), b=torch.ones(2)),
+            Reversed((torch.ones(2), torch.zeros(2))),
+        )
+        torch.testing.assert_close(jfn(d, pair=pair), difference(d, pair=pair))
+
+
+def test_a_slice_with_parts_the_key_refuses_is_refused_after_the_fast_path_is_taken():
+    def take(x, *, s):
+        return x[s] * 2
+
+    jfn = thunder_core.jit(take)
+    x = torch.arange(6.0)
+    for _ in range(3):
+        torch.testing.assert_close(jfn(x, s=slice(0, 2)), take(x, s=slice(0, 2)))
+    with pytest.raises(TypeError):
+        jfn(x, s=slice(0, 2.0))
 
 
 def test_a_tensor_with_other_metadata_inside_an_object_is_not_taken_for_the_last_one():

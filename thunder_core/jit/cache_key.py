@@ -31,6 +31,14 @@ _BY_IDENTITY = (
 )  # fmt: skip
 
 
+def float_part(x: float) -> tuple:
+    """A float as a key holds it: ``-0.0`` apart from ``0.0`` (they compare equal), every nan
+    alike (none equals itself). ``add_to_key`` inlines the same rule."""
+    if x == 0.0 or x != x:
+        return (float, math.copysign(1.0, x), x == x)
+    return (float, x)
+
+
 def unsupported_argument(path, value) -> TypeError:
     return TypeError(
         f"thunder_core.jit: argument {_path_text(path)!r} has type {type(value).__qualname__}, which a jitted "
@@ -110,7 +118,7 @@ def add_to_key(x, key: list, leaves: list, path, depth: int = 0, seen: dict | No
         key.append(x.requires_grad)
         leaves.append(x)
     elif kind == _VALUE:
-        if type(x) is float and (x == 0.0 or x != x):  # -0.0 == 0.0 and nan != nan: key them apart/together
+        if type(x) is float and (x == 0.0 or x != x):  # float_part, inlined on the hot path
             key.append((float, math.copysign(1.0, x), x == x))
         else:
             key.append((type(x), x))

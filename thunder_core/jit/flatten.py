@@ -13,29 +13,25 @@ the leaves, or None when anything differs from what the key would have matched: 
 built as before.
 
 The flattener is at least as strict as the key: a test it makes that the key does not (a tensor
-subclass, dispatch keys) only sends a call the slow way. Calls whose structure reaches the same
-list, dict or object twice are left to the key (``("same object as", n)``), and a call that
-does so where the recorded one did not fails the flattener's identity test.
+subclass, dispatch keys, a tensor reached twice) only sends a call the slow way. It reads only
+exact lists, tuples and dicts with string keys, and objects through ``vars()``, as the key
+does; subclasses of containers (which may iterate and index in their own ways), dicts with
+other keys, and calls whose structure reaches the same list, dict or object twice
+(``("same object as", n)`` in the key) are left to the key, and a call that reaches one twice
+where the recorded one did not fails the flattener's identity test.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
 from thunder_core.capture.objects import is_argument_object
-from thunder_core.jit.cache_key import _BY_IDENTITY, _NUMBER_TYPES, _VALUE_TYPES
+from thunder_core.jit.cache_key import _BY_IDENTITY, _NUMBER_TYPES, _VALUE_TYPES, float_part
 
 Tensor = torch.Tensor
-
-
-def _float_part(x: float) -> tuple:
-    """A float as the key holds it (``-0.0`` apart from ``0.0``, every nan alike)."""
-    if x == 0.0 or x != x:
-        return (float, math.copysign(1.0, x), x == x)
-    return (float, x)
+_SLICE_PARTS = (int, type(None))
 
 
 class _Unsupported(Exception):
@@ -87,7 +83,7 @@ class _Writer:
         elif type(x) in _VALUE_TYPES:
             if type(x) is float:
                 self.fail_unless(
-                    f"type({var}) is float and _float_part({var}) == {self.constant(_float_part(x))}"
+                    f"type({var}) is float and _float_part({var}) == {self.constant(float_part(x))}"
                 )
             else:
                 self.fail_unless(f"type({var}) is {self.constant(type(x))} and {var} == {self.constant(x)}")
@@ -95,27 +91,32 @@ class _Writer:
                 self.leaves.append(var)
         elif type(x) is slice:
             parts = (x.start, x.stop, x.step)
-            if not all(isinstance(p, (int, type(None))) for p in parts):
+            if not all(isinstance(p, _SLICE_PARTS) for p in parts):
                 raise _Unsupported("a slice of other values")
-            self.fail_unless(
-                f"type({var}) is slice and ({var}.start, {var}.stop, {var}.step) == {self.constant(parts)}"
-            )
+            self.fail_unless(f"type({var}) is slice")
+            for part, value in zip(("start", "stop", "step"), parts):  # the key refuses other types
+                self.fail_unless(
+                    f"type({var}.{part}) is {self.constant(type(value))} and {var}.{part} == {self.constant(value)}"
+                )
         elif isinstance(x, _BY_IDENTITY):
             self.fail_unless(f"{var} is {self.constant(x)}")
-        elif isinstance(x, (tuple, list)):
-            self.fail_unless(f"type({var}) is {self.constant(type(x))} and len({var}) == {len(x)}")
+        elif type(x) in (tuple, list):  # subclasses (their own __iter__, __getitem__) go by the key
+            self.fail_unless(f"type({var}) is {type(x).__name__} and len({var}) == {len(x)}")
             if type(x) is list:
                 self.once(x, var)
             for i, item in enumerate(x):
                 self.value(item, self.assign(f"{var}[{i}]"))
-        elif isinstance(x, dict):
-            self.fail_unless(
-                f"type({var}) is {self.constant(type(x))} and tuple({var}) == {self.constant(tuple(x))}"
-            )
-            if type(x) is dict:
-                self.once(x, var)
+        elif isinstance(x, (tuple, list)):
+            raise _Unsupported("a subclass of tuple or list")
+        elif type(x) is dict:
+            if not all(type(k) is str for k in x):  # keys of other types hash and compare in their own ways
+                raise _Unsupported("a dict with keys other than strings")
+            self.fail_unless(f"type({var}) is dict and tuple({var}) == {self.constant(tuple(x))}")
+            self.once(x, var)
             for k, item in x.items():
                 self.value(item, self.assign(f"{var}[{self.constant(k)}]"))
+        elif isinstance(x, dict):
+            raise _Unsupported("a subclass of dict")
         elif is_argument_object(x):
             self.fail_unless(f"type({var}) is {self.constant(type(x))}")
             self.once(x, var)
@@ -127,7 +128,7 @@ class _Writer:
         else:
             raise _Unsupported(type(x).__qualname__)
 
-    def tensor_check(self) -> Callable | None:
+    def tensor_check(self) -> Callable:
         """PyTorch's ``TensorGuards`` for the tensors met, symbolic dims and their strides left free."""
         from torch._C._dynamo.guards import TensorGuards
 
@@ -163,7 +164,7 @@ def build_flattener(
         ids = ", ".join(f"id({v})" for v in writer.walked)
         writer.fail_unless(f"len({{{ids}}}) == {len(writer.walked)}")
     source = "def flatten(a, k):\n" + "\n".join(writer.lines) + f"\n    return [{', '.join(writer.leaves)}]\n"
-    namespace = {"Tensor": Tensor, "_float_part": _float_part, **writer.constants}
+    namespace = {"Tensor": Tensor, "_float_part": float_part, **writer.constants}
     exec(compile(source, "<thunder_core flatten>", "exec"), namespace)
     flatten = namespace["flatten"]
     flatten.source = source

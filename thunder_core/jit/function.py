@@ -9,6 +9,7 @@ import gc
 import inspect
 import threading
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -103,6 +104,16 @@ def _garbage_collection_paused():
             gc.enable()
 
 
+class _Structured(NamedTuple):
+    """The entry a generated flattener serves, and what the state's part of the key was then."""
+
+    grad_mode: bool
+    flatten: Callable
+    entry: tuple  # (guard check or None, callable, Compiled), as in ThunderFunction._cache
+    state_known: tuple | None  # ThunderFunction._state_known when it was remembered
+    state_key: tuple | None  # the module state's key (training flags) when it was remembered
+
+
 class ThunderFunction:
     """A function compiled by ``thunder_core.jit``; call it like the original."""
 
@@ -170,9 +181,8 @@ class ThunderFunction:
         # tried before the key is built (``_remember_fast``); reset whenever the cache changes.
         self._fast: tuple | None = None
         self._fast_checks: dict[tuple, object] = {}  # key -> its compiled metadata check
-        # (grad mode, generated flattener, entry, Compiled, state check it relies on, state key):
-        # the last call's entry when its arguments were not all tensors (``_remember_structured``)
-        self._fast_structured: tuple | None = None
+        # The last call's entry when its arguments were not all tensors (``_remember_structured``).
+        self._fast_structured: _Structured | None = None
         self._state_known: tuple | None = None  # (count, metadata check, key part) of the state's tensors
         self._warned_torch_func = False
         functools.update_wrapper(self, fn, updated=())
@@ -210,8 +220,9 @@ class ThunderFunction:
 
     def _remember_structured(self, key: tuple, entry: tuple, compiled, args, kwargs) -> None:
         """Serve the next calls with this call's structure through a generated flattener
-        (``thunder_core.jit.flatten``) instead of the key, built once per entry."""
-        slot = None if compiled.symbolic_dims else key  # a symbolic entry's flattener serves every size
+        (``thunder_core.jit.flatten``) instead of the key, built once per entry and key (once per
+        entry with symbolic sizes: it serves every size)."""
+        slot = None if compiled.symbolic_dims else key
         flatten = compiled.flatteners.get(slot)
         if flatten is None:
             flatten = compiled.flatteners[slot] = (
@@ -222,26 +233,33 @@ class ThunderFunction:
             self._fast_structured = None
             return
         state_key = self._state.key() if self._state is not None else None
-        self._fast_structured = (key[0], flatten, entry, compiled, known, state_key)
+        self._fast_structured = _Structured(key[0], flatten, entry, known, state_key)
 
-    def _structured_hit(self, fast: tuple, args, kwargs):
+    def _structured_hit(self, fast: _Structured, args, kwargs):
         """The leaves of this call if it takes the last structured call's entry, else None."""
-        leaves = fast[1](args, kwargs)
+        leaves = fast.flatten(args, kwargs)
         if leaves is None:
             return None
         state = self._state
         if state is not None:
-            known = fast[4]
+            known = fast.state_known
             tensors = state.tensors()
-            if known is not self._state_known or state.key() != fast[5] or len(tensors) != known[0]:
+            if known is not self._state_known or state.key() != fast.state_key or len(tensors) != known[0]:
                 return None
             if not known[1](*tensors):
                 return None
             leaves.extend(tensors)
-        compiled = fast[3]
+        compiled = fast.entry[2]
         if compiled.symbolic_dims and not compiled.size_guard(leaves):
             return None
         return leaves
+
+    def _structured_is_current(self, structured: _Structured | None, entry: tuple) -> bool:
+        return (
+            structured is not None
+            and structured.entry is entry
+            and structured.state_known is self._state_known
+        )
 
     def __call__(self, *args, **kwargs):
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
@@ -262,9 +280,9 @@ class ThunderFunction:
                     self._last = entry[2]
                     return entry[1](*leaves)
         structured = self._fast_structured  # the last call's entry, if its arguments were not all tensors
-        if structured is not None and structured[0] is _is_grad_enabled():
+        if structured is not None and structured.grad_mode is _is_grad_enabled():
             leaves = self._structured_hit(structured, args, kwargs)
-            entry = structured[2]
+            entry = structured.entry
             if leaves is not None and (entry[0] is None or entry[0]() is None):
                 self._hits += 1
                 compiled = self._last = entry[2]
@@ -299,7 +317,7 @@ class ThunderFunction:
             self._hits += 1
             compiled = self._last = entry[2]
             if compiled.epilogue is not None:  # argument objects: changed, or returned
-                if structured is None or structured[2] is not entry:
+                if not self._structured_is_current(structured, entry):
                     self._remember_structured(key, entry, compiled, args, kwargs)
                 return compiled.epilogue(entry[1](*leaves), args, kwargs)
             if (
@@ -309,7 +327,7 @@ class ThunderFunction:
                 and all(isinstance(a, Tensor) for a in args)
             ):
                 self._remember_fast(key, entry, leaves, self._state.key())
-            elif structured is None or structured[2] is not entry:
+            elif not self._structured_is_current(structured, entry):
                 self._remember_structured(key, entry, compiled, args, kwargs)
             return entry[1](*leaves)
         return self._miss(key, leaves, args, kwargs)
