@@ -175,3 +175,24 @@ def test_a_module_forward_with_keyword_arguments_sees_its_parameters_change():
     torch.testing.assert_close(jfn(input=x.double()), model(input=x.double()))
     model.train(False)
     torch.testing.assert_close(jfn(input=x.double()), model(input=x.double()))
+
+
+def test_tensor_calls_of_new_sizes_are_served_by_the_symbolic_entry_within_its_size_guard():
+    def attend(q, k):
+        return (q @ k.t()).softmax(-1) @ k
+
+    jfn = thunder_core.jit(attend)
+    q = torch.randn(1, 8)
+    for length in range(3, 12):
+        k = torch.randn(length, 8)
+        torch.testing.assert_close(jfn(q, k), attend(q, k))
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 2 and info.hits >= 6
+    assert len(jfn._cache) <= 3  # new lengths did not each add a key
+    # A length of 1 (sizes 0 and 1 are not symbolic), a strided cache, another width and dtype:
+    # each fails the entry's size guard or metadata and compiles, as the key path would.
+    for k in (torch.randn(1, 8), torch.randn(12, 8)[::2], torch.randn(7, 4, dtype=torch.float64)):
+        entries = thunder_core.cache_info(jfn).entries
+        q_ = q.to(k.dtype)[:, : k.shape[1]]
+        torch.testing.assert_close(jfn(q_, k), attend(q_, k))
+        assert thunder_core.cache_info(jfn).entries == entries + 1

@@ -130,14 +130,21 @@ class _Writer:
 
     def tensor_check(self) -> Callable:
         """PyTorch's ``TensorGuards`` for the tensors met, symbolic dims and their strides left free."""
-        from torch._C._dynamo.guards import TensorGuards
+        return metadata_check(self.tensor_values, self.symbolic_dims)
 
-        sizes, strides = [], []
-        for i, t in enumerate(self.tensor_values):
-            dims = self.symbolic_dims.get(i, frozenset())
-            sizes.append([None if d in dims else s for d, s in enumerate(t.shape)])
-            strides.append([None] * t.dim() if dims else list(t.stride()))
-        return TensorGuards(*self.tensor_values, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
+
+def metadata_check(tensors, symbolic_dims: dict[int, frozenset[int]]) -> Callable:
+    """``check(*tensors)``: PyTorch's ``TensorGuards`` (type, dispatch keys, dtype, device,
+    requires_grad, sizes, strides) for these tensors, the dims in ``symbolic_dims`` (by tensor
+    index) and every stride of those tensors left free."""
+    from torch._C._dynamo.guards import TensorGuards
+
+    sizes, strides = [], []
+    for i, t in enumerate(tensors):
+        dims = symbolic_dims.get(i, frozenset())
+        sizes.append([None if d in dims else s for d, s in enumerate(t.shape)])
+        strides.append([None] * t.dim() if dims else list(t.stride()))
+    return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
 
 
 def build_flattener(

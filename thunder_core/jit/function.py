@@ -32,7 +32,7 @@ from thunder_core.jit.dynamic import (
     fits,
 )
 from thunder_core.jit.fingerprint import versions
-from thunder_core.jit.flatten import build_flattener
+from thunder_core.jit.flatten import build_flattener, metadata_check
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
 from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
@@ -213,9 +213,15 @@ class ThunderFunction:
             _set_dynamo_callback(prior)
 
     def _remember_fast(self, key: tuple, entry: tuple, leaves, state_key=None) -> None:
-        check = self._fast_checks.get(key)
-        if check is None:
-            check = self._fast_checks[key] = tensor_metadata_check(leaves)
+        compiled = entry[2]
+        if compiled.symbolic_dims:  # one check serves every size the entry takes
+            check = compiled.flatteners.get("tensors")
+            if check is None:
+                check = compiled.flatteners["tensors"] = tensor_metadata_check(leaves, compiled.symbolic_dims)
+        else:
+            check = self._fast_checks.get(key)
+            if check is None:
+                check = self._fast_checks[key] = tensor_metadata_check(leaves)
         self._fast = None if check is None else (key[0], len(leaves), check, entry, state_key)
 
     def _remember_structured(self, key: tuple, entry: tuple, compiled, args, kwargs) -> None:
@@ -275,9 +281,12 @@ class ThunderFunction:
             leaves = args if state is None else None if state.key() != fast[4] else (*args, *state.tensors())
             if leaves is not None and len(leaves) == fast[1] and fast[2](*leaves):
                 entry = fast[3]
-                if entry[0] is None or entry[0]() is None:
+                compiled = entry[2]
+                if (entry[0] is None or entry[0]() is None) and (
+                    not compiled.symbolic_dims or compiled.size_guard(leaves)
+                ):
                     self._hits += 1
-                    self._last = entry[2]
+                    self._last = compiled
                     return entry[1](*leaves)
         structured = self._fast_structured  # the last call's entry, if its arguments were not all tensors
         if structured is not None and structured.grad_mode is _is_grad_enabled():
@@ -689,6 +698,14 @@ class ThunderFunction:
         self._fast_structured = None
         if kwargs or not all(isinstance(a, Tensor) for a in args):
             self._remember_structured(key, entry, compiled, args, kwargs)
+        elif (
+            compiled.epilogue is None and compiled.symbolic_dims
+        ):  # a new size: served the same way next time
+            state = self._state
+            if state is None:
+                self._remember_fast(key, entry, args)
+            elif len(leaves) == len(args) + len(state.slots):
+                self._remember_fast(key, entry, leaves, state.key())
         self._last = compiled
         if compiled.epilogue is not None:
             return compiled.epilogue(compiled.callable(*leaves), args, kwargs)
@@ -751,23 +768,19 @@ class ThunderFunction:
         return self._last
 
 
-def tensor_metadata_check(tensors: tuple):
+def tensor_metadata_check(tensors: tuple, symbolic_dims: dict[int, frozenset[int]] | None = None):
     """A compiled check that tensors have these tensors' type, sizes, strides, dtype, device,
     requires_grad and dispatch keys (PyTorch's own ``TensorGuards``, what Dynamo checks its inputs
-    with); None where it is not available or ``tensors`` holds something else."""
+    with); None where it is not available or ``tensors`` holds something else.
+
+    ``symbolic_dims`` (``{tensor index: dims}``, an entry with symbolic sizes) leaves those
+    sizes free, and all strides of those tensors: the entry's size guard checks them."""
     if not tensors or not all(isinstance(t, Tensor) for t in tensors):
         return None
     try:
-        from torch._C._dynamo.guards import TensorGuards
-
-        guards = TensorGuards(
-            *tensors,
-            dynamic_dims_sizes=[list(t.shape) for t in tensors],
-            dynamic_dims_strides=[list(t.stride()) for t in tensors],
-        )
+        return metadata_check(tensors, symbolic_dims or {})
     except Exception:  # noqa: BLE001  (a torch without it: the key path serves every call)
         return None
-    return guards.check
 
 
 def _remade(remake, fn):
