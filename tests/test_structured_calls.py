@@ -196,3 +196,46 @@ def test_tensor_calls_of_new_sizes_are_served_by_the_symbolic_entry_within_its_s
         q_ = q.to(k.dtype)[:, : k.shape[1]]
         torch.testing.assert_close(jfn(q_, k), attend(q_, k))
         assert thunder_core.cache_info(jfn).entries == entries + 1
+
+
+SCALE = 1.0
+
+
+class _Scorer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, q, k):
+        out = (self.proj(q) @ k.t()).softmax(-1) @ k * SCALE
+        return out * 0.5 if self.training else out
+
+
+def test_a_modules_symbolic_entry_still_sees_its_parameters_mode_and_globals():
+    global SCALE
+    model = _Scorer().eval()
+    jfn = thunder_core.jit(model)
+    q = torch.randn(1, 8)
+
+    def same(length: int) -> None:
+        k = torch.randn(length, 8)
+        got, want = jfn(q, k), model(q, k)
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad
+
+    for length in range(3, 9):
+        same(length)
+    with torch.no_grad():
+        model.proj.weight.mul_(-1)  # in place
+    same(10)
+    model.proj.weight = torch.nn.Parameter(torch.randn(8, 8))  # replaced
+    same(11)
+    SCALE = 2.0  # a global the forward reads
+    try:
+        same(12)
+    finally:
+        SCALE = 1.0
+    model.train()  # the forward branches on it
+    same(13)
+    with torch.no_grad():
+        same(14)
