@@ -68,6 +68,20 @@ class ThreadView(dict):
         return [v for _, v in self.items()]
 
 
+def _readers(slots: list, modules: list) -> tuple:
+    """Generated code reading the parameters and buffers in ``slots`` (``owner._parameters[name]``,
+    the same lookups ``getattr(owner, kind)[attr]`` makes, without a loop) and the ``training`` flags
+    of ``modules``: read on every call of a module's jitted forward."""
+    names = {}
+    tensors = ", ".join(f"_o{i}.{kind}[{repr(attr)}]" for i, (_, kind, attr, _) in enumerate(slots))
+    names.update({f"_o{i}": owner for i, (owner, *_) in enumerate(slots)})
+    flags = "".join(f"_m{i}.training, " for i in range(len(modules)))
+    names.update({f"_m{i}": m for i, m in enumerate(modules)})
+    source = f"def read_tensors():\n    return [{tensors}]\n\ndef read_training():\n    return ({flags})\n"
+    exec(compile(source, "<thunder_core module state>", "exec"), names)
+    return names["read_tensors"], names["read_training"]
+
+
 class _ModuleState:
     """The parameters and buffers of a module, as extra inputs of its jitted forward."""
 
@@ -75,6 +89,7 @@ class _ModuleState:
         self.module = module
         self.slots: list = []  # (owner module, "_parameters" | "_buffers", attribute, full name)
         self._training: list[nn.Module] = []
+        self._read_tensors, self._read_training = list, tuple  # until the first refresh: none
         self._structure = None
         self.extensions: list = []  # ModuleExtension objects of the job's plugins, in order
         if read_now:  # else on the first call (a module still being copied has no tree yet)
@@ -99,6 +114,7 @@ class _ModuleState:
                     if tensor is not None:
                         self.slots.append((owner, kind, attr, f"{prefix}.{attr}" if prefix else attr))
         self._training = [m for _, m in self.module.named_modules()]
+        self._read_tensors, self._read_training = _readers(self.slots, self._training)
         return True
 
     def module_ids(self) -> set[int]:
@@ -107,7 +123,7 @@ class _ModuleState:
 
     def tensors(self) -> list[torch.Tensor]:
         """What the trace takes for the parameters and buffers (as the extensions' ``inputs`` give it)."""
-        tensors = [getattr(owner, kind)[attr] for owner, kind, attr, _ in self.slots]
+        tensors = self._read_tensors()
         if self.extensions:
             names = [name for *_, name in self.slots]
             for extension in self.extensions:
@@ -118,7 +134,7 @@ class _ModuleState:
         return [(name, t) for (*_, name), t in zip(self.slots, self.tensors())]
 
     def key(self) -> tuple:
-        training = tuple(m.training for m in self._training)
+        training = self._read_training()
         if not self.extensions:
             return training
         return (training, tuple(e.cache_key() for e in self.extensions))
