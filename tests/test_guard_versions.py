@@ -54,6 +54,18 @@ def _add_forward_hook(net):
     net.fc.register_forward_hook(lambda module, args, out: out * 10)
 
 
+def _add_forward_hook_with_kwargs(net):
+    net.fc.register_forward_hook(lambda module, args, kwargs, out: out * 10, with_kwargs=True)
+
+
+def _add_forward_hook_always_called(net):
+    net.fc.register_forward_hook(lambda module, args, out: out - 3, always_call=True)
+
+
+def _add_forward_pre_hook_with_kwargs(net):
+    net.fc.register_forward_pre_hook(lambda module, args, kwargs: ((args[0] * 2,), kwargs), with_kwargs=True)
+
+
 def _add_global_hook(net):
     return nn.modules.module.register_module_forward_hook(lambda module, args, out: out + 1)
 
@@ -84,6 +96,9 @@ CHANGES = [
     _change_class_attribute,
     _replace_submodule,
     _add_forward_hook,
+    _add_forward_hook_with_kwargs,
+    _add_forward_hook_always_called,
+    _add_forward_pre_hook_with_kwargs,
     _add_global_hook,
     _change_plain_object,
     _change_global,

@@ -85,6 +85,22 @@ _MODULE_INTERNALS = frozenset(
     }
 )
 _MODULE_HOOKS = MODULE_HOOKS
+# Hook tables that nn.Module reads only for the hook ids of another table (its flags of which
+# forward hooks take keyword arguments, or run even when forward raises): while that table is
+# empty (its own check), what they hold cannot change a call, so they are not checked, nor
+# their versions read. Registering or removing a hook writes both tables.
+_READ_ONLY_FOR_IDS_OF = {
+    "_forward_hooks_with_kwargs": "_forward_hooks",
+    "_forward_hooks_always_called": "_forward_hooks",
+    "_forward_pre_hooks_with_kwargs": "_forward_pre_hooks",
+}
+
+
+def _unread_while_empty(key: str, attributes: dict) -> bool:
+    ids_of = _READ_ONLY_FOR_IDS_OF.get(key)
+    return ids_of is not None and ids_of in attributes and not attributes[ids_of]
+
+
 _GLOBAL_HOOKS = GLOBAL_MODULE_HOOKS
 _OPAQUE_MODULES = OPAQUE_MODULES
 # Python modules whose attributes are not guarded (they do not change under a program).
@@ -456,7 +472,11 @@ class GuardBuilder:
                         depth,
                         self._versioned(table),
                     )
-        empty_hooks = [attributes[k] for k in _MODULE_HOOKS if k in attributes and not attributes[k]]
+        empty_hooks = [
+            attributes[k]
+            for k in _MODULE_HOOKS
+            if k in attributes and not attributes[k] and not _unread_while_empty(k, attributes)
+        ]
         if empty_hooks:
             self._no_hooks(empty_hooks, f"hooks of {what}", "none")
         for key, item in attributes.items():
