@@ -85,8 +85,8 @@ class ColdInputs:
     program reads each weight once per call, after the rest of the call has pushed it out. With
     ``runs`` (the timed runs to come) there are no more copies than runs, unless they would hold
     less than ``MIN_RING_BYTES`` (then the runs would read copies still in the core's caches).
-    Timed on a cached 688x256 weight, a decoding step's one-row linear took torch 52 us and Numba's kernel 59 us; on cold
-    copies, 113 us and 52 us, as in the program. Views with gaps or overlaps
+    Timed on a cached 688x256 weight, a decoding step's one-row linear took torch 52 us and
+    Numba's kernel 59 us; on cold copies, 113 us and 52 us, as in the program. Views with gaps or overlaps
     (a slice of a larger buffer, an expanded tensor) and tensors of other devices or subclasses
     are passed as they are. The copies live as long as this object.
     """

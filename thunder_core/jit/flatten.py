@@ -34,7 +34,7 @@ Tensor = torch.Tensor
 _SLICE_PARTS = (int, type(None))
 
 
-class _Unsupported(Exception):
+class NotFlattenable(Exception):
     """The call holds something the generated code does not reproduce: the key serves it."""
 
 
@@ -50,9 +50,9 @@ class _Writer:
         self.symbolic_dims = symbolic_dims
         self._names = 0
 
-    def name(self, prefix: str = "v") -> str:
+    def name(self) -> str:
         self._names += 1
-        return f"{prefix}{self._names}"
+        return f"v{self._names}"
 
     def constant(self, value) -> str:
         name = f"_c{len(self.constants)}"
@@ -69,7 +69,7 @@ class _Writer:
 
     def once(self, x, var: str) -> None:
         if id(x) in self.walked_ids:
-            raise _Unsupported("the same container reached twice")
+            raise NotFlattenable("the same container reached twice")
         self.walked_ids.add(id(x))
         self.walked.append(var)
 
@@ -92,7 +92,7 @@ class _Writer:
         elif type(x) is slice:
             parts = (x.start, x.stop, x.step)
             if not all(isinstance(p, _SLICE_PARTS) for p in parts):
-                raise _Unsupported("a slice of other values")
+                raise NotFlattenable("a slice of other values")
             self.fail_unless(f"type({var}) is slice")
             for part, value in zip(("start", "stop", "step"), parts):  # the key refuses other types
                 self.fail_unless(
@@ -107,16 +107,16 @@ class _Writer:
             for i, item in enumerate(x):
                 self.value(item, self.assign(f"{var}[{i}]"))
         elif isinstance(x, (tuple, list)):
-            raise _Unsupported("a subclass of tuple or list")
+            raise NotFlattenable("a subclass of tuple or list")
         elif type(x) is dict:
             if not all(type(k) is str for k in x):  # keys of other types hash and compare in their own ways
-                raise _Unsupported("a dict with keys other than strings")
+                raise NotFlattenable("a dict with keys other than strings")
             self.fail_unless(f"type({var}) is dict and tuple({var}) == {self.constant(tuple(x))}")
             self.once(x, var)
             for k, item in x.items():
                 self.value(item, self.assign(f"{var}[{self.constant(k)}]"))
         elif isinstance(x, dict):
-            raise _Unsupported("a subclass of dict")
+            raise NotFlattenable("a subclass of dict")
         elif is_argument_object(x):
             self.fail_unless(f"type({var}) is {self.constant(type(x))}")
             self.once(x, var)
@@ -126,7 +126,7 @@ class _Writer:
             for name, item in vars(x).items():
                 self.value(item, self.assign(f"{attributes}[{self.constant(name)}]"))
         else:
-            raise _Unsupported(type(x).__qualname__)
+            raise NotFlattenable(type(x).__qualname__)
 
     def tensor_check(self) -> Callable:
         """PyTorch's ``TensorGuards`` for the tensors met, symbolic dims and their strides left free."""
@@ -136,15 +136,19 @@ class _Writer:
 def metadata_check(tensors, symbolic_dims: dict[int, frozenset[int]]) -> Callable:
     """``check(*tensors)``: PyTorch's ``TensorGuards`` (type, dispatch keys, dtype, device,
     requires_grad, sizes, strides) for these tensors, the dims in ``symbolic_dims`` (by tensor
-    index) and every stride of those tensors left free."""
-    from torch._C._dynamo.guards import TensorGuards
-
+    index) and every stride of those tensors left free. Raises ``NotFlattenable`` where PyTorch
+    cannot make one (an internal API)."""
     sizes, strides = [], []
     for i, t in enumerate(tensors):
         dims = symbolic_dims.get(i, frozenset())
         sizes.append([None if d in dims else s for d, s in enumerate(t.shape)])
         strides.append([None] * t.dim() if dims else list(t.stride()))
-    return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides).check
+    except (ImportError, RuntimeError, TypeError) as error:
+        raise NotFlattenable(f"TensorGuards: {error}") from error
 
 
 def build_flattener(
@@ -165,7 +169,7 @@ def build_flattener(
         if writer.tensors:
             writer.constants["_tensors_match"] = writer.tensor_check()
             writer.fail_unless(f"_tensors_match({', '.join(writer.tensors)})")
-    except (_Unsupported, ImportError, RuntimeError, TypeError):
+    except NotFlattenable:
         return None
     if len(writer.walked) > 1:
         ids = ", ".join(f"id({v})" for v in writer.walked)

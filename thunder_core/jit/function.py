@@ -9,7 +9,6 @@ import gc
 import inspect
 import threading
 import warnings
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -32,8 +31,8 @@ from thunder_core.jit.dynamic import (
     fits,
 )
 from thunder_core.jit.fingerprint import versions
-from thunder_core.jit.flatten import build_flattener, metadata_check
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
+from thunder_core.jit.last_entry import LastEntryPaths, StructuredEntry, tensor_metadata_check
 from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
 from thunder_core.ops.kept_answers import metadata_kept_in
@@ -104,17 +103,7 @@ def _garbage_collection_paused():
             gc.enable()
 
 
-class _Structured(NamedTuple):
-    """The entry a generated flattener serves, and what the state's part of the key was then."""
-
-    grad_mode: bool
-    flatten: Callable
-    entry: tuple  # (guard check or None, callable, Compiled), as in ThunderFunction._cache
-    state_known: tuple | None  # ThunderFunction._state_known when it was remembered
-    state_key: tuple | None  # the module state's key (training flags) when it was remembered
-
-
-class ThunderFunction:
+class ThunderFunction(LastEntryPaths):
     """A function compiled by ``thunder_core.jit``; call it like the original."""
 
     def __init__(
@@ -182,7 +171,7 @@ class ThunderFunction:
         self._fast: tuple | None = None
         self._fast_checks: dict[tuple, object] = {}  # key -> its compiled metadata check
         # The last call's entry when its arguments were not all tensors (``_remember_structured``).
-        self._fast_structured: _Structured | None = None
+        self._fast_structured: StructuredEntry | None = None
         self._state_known: tuple | None = None  # (count, metadata check, key part) of the state's tensors
         self._warned_torch_func = False
         functools.update_wrapper(self, fn, updated=())
@@ -211,61 +200,6 @@ class ThunderFunction:
             return self(*args, **kwargs)
         finally:
             _set_dynamo_callback(prior)
-
-    def _remember_fast(self, key: tuple, entry: tuple, leaves, state_key=None) -> None:
-        compiled = entry[2]
-        if compiled.symbolic_dims:  # one check serves every size the entry takes
-            check = compiled.flatteners.get("tensors")
-            if check is None:
-                check = compiled.flatteners["tensors"] = tensor_metadata_check(leaves, compiled.symbolic_dims)
-        else:
-            check = self._fast_checks.get(key)
-            if check is None:
-                check = self._fast_checks[key] = tensor_metadata_check(leaves)
-        self._fast = None if check is None else (key[0], len(leaves), check, entry, state_key)
-
-    def _remember_structured(self, key: tuple, entry: tuple, compiled, args, kwargs) -> None:
-        """Serve the next calls with this call's structure through a generated flattener
-        (``thunder_core.jit.flatten``) instead of the key, built once per entry and key (once per
-        entry with symbolic sizes: it serves every size)."""
-        slot = None if compiled.symbolic_dims else key
-        flatten = compiled.flatteners.get(slot)
-        if flatten is None:
-            flatten = compiled.flatteners[slot] = (
-                build_flattener(args, kwargs, compiled.symbolic_dims) or False
-            )
-        known = self._state_known
-        if flatten is False or (self._state is not None and known is None):
-            self._fast_structured = None
-            return
-        state_key = self._state.key() if self._state is not None else None
-        self._fast_structured = _Structured(key[0], flatten, entry, known, state_key)
-
-    def _structured_hit(self, fast: _Structured, args, kwargs):
-        """The leaves of this call if it takes the last structured call's entry, else None."""
-        leaves = fast.flatten(args, kwargs)
-        if leaves is None:
-            return None
-        state = self._state
-        if state is not None:
-            known = fast.state_known
-            tensors = state.tensors()
-            if known is not self._state_known or state.key() != fast.state_key or len(tensors) != known[0]:
-                return None
-            if not known[1](*tensors):
-                return None
-            leaves.extend(tensors)
-        compiled = fast.entry[2]
-        if compiled.symbolic_dims and not compiled.size_guard(leaves):
-            return None
-        return leaves
-
-    def _structured_is_current(self, structured: _Structured | None, entry: tuple) -> bool:
-        return (
-            structured is not None
-            and structured.entry is entry
-            and structured.state_known is self._state_known
-        )
 
     def __call__(self, *args, **kwargs):
         # The hot path: a key from the inputs' metadata, one dict lookup, the guard, one call.
@@ -698,14 +632,8 @@ class ThunderFunction:
         self._fast_structured = None
         if kwargs or not all(isinstance(a, Tensor) for a in args):
             self._remember_structured(key, entry, compiled, args, kwargs)
-        elif (
-            compiled.epilogue is None and compiled.symbolic_dims
-        ):  # a new size: served the same way next time
-            state = self._state
-            if state is None:
-                self._remember_fast(key, entry, args)
-            elif len(leaves) == len(args) + len(state.slots):
-                self._remember_fast(key, entry, leaves, state.key())
+        elif compiled.epilogue is None and compiled.symbolic_dims:  # its next new size: no miss
+            self._remember_all_tensors(key, entry, args, leaves)
         self._last = compiled
         if compiled.epilogue is not None:
             return compiled.epilogue(compiled.callable(*leaves), args, kwargs)
@@ -766,21 +694,6 @@ class ThunderFunction:
 
     def last_compiled(self) -> Compiled | None:
         return self._last
-
-
-def tensor_metadata_check(tensors: tuple, symbolic_dims: dict[int, frozenset[int]] | None = None):
-    """A compiled check that tensors have these tensors' type, sizes, strides, dtype, device,
-    requires_grad and dispatch keys (PyTorch's own ``TensorGuards``, what Dynamo checks its inputs
-    with); None where it is not available or ``tensors`` holds something else.
-
-    ``symbolic_dims`` (``{tensor index: dims}``, an entry with symbolic sizes) leaves those
-    sizes free, and all strides of those tensors: the entry's size guard checks them."""
-    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
-        return None
-    try:
-        return metadata_check(tensors, symbolic_dims or {})
-    except Exception:  # noqa: BLE001  (a torch without it: the key path serves every call)
-        return None
 
 
 def _remade(remake, fn):

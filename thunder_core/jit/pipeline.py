@@ -62,9 +62,10 @@ class Compiled:
     captured: Trace | None = None  # the trace capture made (what the on-disk cache stores)
     lifted: int = 0  # how many real tensors capture found outside the inputs (globals, closures)
     disk_note: str = ""  # the on-disk cache: whether the captured trace came from it, or why not
-    # Generated flatteners of calls that hit it (thunder_core.jit.flatten): by key, or under None
-    # for an entry with symbolic sizes (one serves every size); False where none can be made.
-    flatteners: dict = field(default_factory=dict)
+    # What the fast paths to it built (thunder_core.jit.last_entry): generated flatteners by key
+    # (under None for an entry with symbolic sizes: one serves every size; False where none can
+    # be made), and under "tensors" the metadata check of its all-tensor calls of any size.
+    fast_paths: dict = field(default_factory=dict)
 
 
 def _torch_only(job):
