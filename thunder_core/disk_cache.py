@@ -1,7 +1,8 @@
 """The on-disk cache's files: one JSON document per entry, written atomically, checked on read.
 
-Used for captured traces (``thunder_core.jit.persistent``) and for the executor choices that
-were measured (``thunder_core.executors.selection``).
+Used for captured traces (``thunder_core.jit.persistent``), for the executor choices that
+were measured (``thunder_core.executors.selection``), and by executors for what they keep
+themselves (``job_disk_cache``: the Inductor executor's compiled regions).
 
 The directory is the user's own: it is created private (``0o700``) and one that another user
 owns or that others can write to is refused with a warning (an entry is code that will run).
@@ -23,6 +24,9 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 FORMAT = 1
 ENV = "THUNDER_CORE_CACHE_DIR"
@@ -30,6 +34,7 @@ _opened: dict[tuple[str, str], DiskCache | None] = {}
 _warned: set[str] = set()
 _lock = threading.Lock()  # the caches opened
 _warn_lock = threading.Lock()
+_job_directory: ContextVar[str | None] = ContextVar("thunder_core_cache_directory", default=None)
 
 
 class _DefaultCacheDir:
@@ -53,6 +58,25 @@ def open_disk_cache(directory: str, kind: str) -> DiskCache | None:
         if (directory, kind) not in _opened:
             _opened[directory, kind] = DiskCache.open(directory, kind)
         return _opened[directory, kind]
+
+
+@contextmanager
+def job_cache_directory(directory: str | None) -> Iterator[None]:
+    """Compiles inside the block keep what they may keep on disk under ``directory`` (None:
+    nothing on disk): the job's ``cache_dir``."""
+    token = _job_directory.set(directory)
+    try:
+        yield
+    finally:
+        _job_directory.reset(token)
+
+
+def job_disk_cache(kind: str) -> DiskCache | None:
+    """The on-disk cache of ``kind`` for the job compiling on this thread; None when the job
+    keeps nothing on disk (``cache_dir=None``) or its directory is unusable (warned once).
+    Executors keep their own entries under a kind of their own (``"inductor-regions"``)."""
+    directory = _job_directory.get()
+    return open_disk_cache(directory, kind) if directory is not None else None
 
 
 def _warn_once(what: str, message: str) -> None:

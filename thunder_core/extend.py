@@ -36,6 +36,7 @@ from types import MappingProxyType
 from thunder_core.autodiff.fallback import fallback_rule as _fallback_rule
 from thunder_core.autodiff.registry import NoRule, register_vjp
 from thunder_core.capture.symbolic import symbolic_examples
+from thunder_core.disk_cache import DiskCache, job_disk_cache
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.executors.background import COMPILE_LOCK, on_compile_worker
 from thunder_core.executors.base import (
@@ -94,6 +95,7 @@ __all__ = [
     "BoundSymbol",
     "CaptureError",
     "ConfigError",
+    "DiskCache",
     "FusionExecutor",
     "NoRule",
     "NumberProxy",
@@ -117,6 +119,7 @@ __all__ = [
     "flatten_to_prims",
     "free_inputs",
     "is_impure",
+    "job_disk_cache",
     "get_symbol",
     "leaves",
     "library",

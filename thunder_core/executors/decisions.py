@@ -14,29 +14,16 @@ import functools
 import os
 import platform
 import sys
-from contextlib import contextmanager
-from contextvars import ContextVar
 
 import torch
 
-from thunder_core.disk_cache import DiskCache, digest, open_disk_cache
-
-_store: ContextVar[DiskCache | None] = ContextVar("thunder_core_decisions", default=None)
-
-
-@contextmanager
-def decisions_kept_in(directory: str | None):
-    """Claims made inside the block read and write measured choices under ``directory``
-    (None: only in memory)."""
-    token = _store.set(open_disk_cache(directory, "decisions") if directory is not None else None)
-    try:
-        yield
-    finally:
-        _store.reset(token)
+from thunder_core.disk_cache import DiskCache, digest, job_disk_cache
 
 
 def current_store() -> DiskCache | None:
-    return _store.get()
+    """Where claims made now read and write measured choices (None: only in memory): the
+    job's cache directory (``job_cache_directory``)."""
+    return job_disk_cache("decisions")
 
 
 @functools.cache

@@ -14,10 +14,9 @@ from typing import NamedTuple
 import torch
 
 from thunder_core.capture.objects import holds_proxy
-from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, open_disk_cache
+from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, job_cache_directory, open_disk_cache
 from thunder_core.errors import CaptureError
 from thunder_core.executors.background import compiling_in_background, foreground_compile, wants_background
-from thunder_core.executors.decisions import decisions_kept_in
 from thunder_core.executors.second_call import ProgramCalls, compiling_at_second_call
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, describe
@@ -552,7 +551,7 @@ class ThunderFunction(LastEntryPaths):
         if material is not None:
             restored, note = restore(disk, material, builder)
         directory = self._cache_dir()
-        with decisions_kept_in(directory), metadata_kept_in(directory, _versions_if(directory)):
+        with job_cache_directory(directory), metadata_kept_in(directory, _versions_if(directory)):
             try:
                 compiled = self._compile_function(args, kwargs, builder, symbolic_sizes, restored)
             except Exception:

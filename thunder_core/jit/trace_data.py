@@ -89,7 +89,8 @@ def _symbol_from(data: list, kwargs: dict) -> Symbol:
 
 # Values.
 class _Writer:
-    def __init__(self):
+    def __init__(self, claimed: bool = False):
+        self.claimed = claimed  # bound symbols given to executors are written with their executor's name
         self.proxies: dict[str, list] = {}  # name -> metadata, each proxy once
         self._objects: dict[str, int] = {}  # name -> id of the proxy object that has it
 
@@ -142,7 +143,7 @@ class _Writer:
         raise NotPersistable(f"the trace holds a {type(x).__qualname__} value")
 
     def bound_symbol(self, bsym: BoundSymbol) -> dict:
-        if bsym.impl is not None or bsym.executor is not None:
+        if bsym.impl is not None or (bsym.executor is not None and not self.claimed):
             raise NotPersistable("the trace was already given to executors")
         data = {
             "s": _symbol_data(bsym.symbol, bsym.kwargs),
@@ -150,6 +151,8 @@ class _Writer:
             "k": self.value(dict(bsym.kwargs)),
             "o": self.value(bsym.output),
         }
+        if bsym.executor is not None:
+            data["x"] = bsym.executor
         if bsym.subsymbols:
             data["sub"] = [self.bound_symbol(b) for b in bsym.subsymbols]
         if bsym.source is not None:
@@ -222,13 +225,15 @@ class _Reader:
         )
 
 
-def trace_to_data(trace: Trace) -> dict:
-    """``trace`` as JSON-serializable data; raises ``NotPersistable`` where that cannot be exact."""
+def trace_to_data(trace: Trace, claimed: bool = False) -> dict:
+    """``trace`` as JSON-serializable data; raises ``NotPersistable`` where that cannot be exact.
+    ``claimed``: the bound symbols may name the executor they were given to (a fusion region's),
+    as long as none carries a callable of its own; such data describes, it is not read back."""
     if trace.epilogue is not None:
         raise NotPersistable(
             "the function changes its argument objects, or returns objects (its arguments, or ones it makes)"
         )
-    writer = _Writer()
+    writer = _Writer(claimed)
     inputs = [writer.proxy(p)["p"] for p in trace.inputs]
     bound_symbols = [writer.bound_symbol(b) for b in trace.bound_symbols]
     output = writer.value(trace.output)

@@ -2,6 +2,9 @@
 
 ``torch._inductor`` (and with it ``torch._dynamo``) takes over a second to import, so a job whose
 programs never reach a region (a single op, or only the torch executor's work) does not pay it.
+What only compiling needs (``compile_fx``, the tracer) is imported by ``import_compiler``, so
+that a process loading regions an earlier one compiled (``_reuse``) imports only what their
+generated code imports.
 """
 
 from __future__ import annotations
@@ -12,16 +15,9 @@ from contextlib import contextmanager
 
 import torch
 import torch._inductor
-import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs; imported here, once
-from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import TracingContext, tracing
 from torch._inductor.async_compile import AsyncCompile
-from torch._inductor.codecache import CodeCacheFuture
-from torch._inductor.compile_fx import compile_fx_inner
-from torch._inductor.decomposition import select_decomp_table
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch._inductor.codecache import CodeCacheFuture, PyCodeCache
 
 from thunder_core.extend import (
     COMPILE_LOCK,
@@ -31,7 +27,14 @@ from thunder_core.extend import (
     on_compile_worker,
     symbolic_examples,
 )
-from thunder_executor_inductor import _vec_isa
+from thunder_executor_inductor import _reuse, _vec_isa
+
+
+def import_compiler() -> None:
+    """Import what compiling a region runs (Inductor's graph compiler, the tracer), once, on the
+    calling thread."""
+    import torch._inductor.compile_fx  # noqa: F401 - what standalone_compile runs too
+    from torch._inductor.decomposition import select_decomp_table  # noqa: F401
 
 
 def warm_up() -> None:
@@ -128,7 +131,8 @@ def compile_region(region, name: str, options: dict):
 
     Compiled code asserts its inputs' strides. The trace's metadata predicts them, but a value
     made by another executor may arrive with other strides (an expanded gradient that came out
-    contiguous, say); such calls get a variant compiled for the strides they bring.
+    contiguous, say); such calls get a variant compiled for the strides they bring. A region
+    that an earlier process compiled loads its generated code directly (``_reuse``).
     """
     if not all(isinstance(p, TensorProxy) for p in region.inputs):
         raise RegionNotSupported("inductor: a region input is not a tensor")
@@ -140,13 +144,14 @@ def compile_region(region, name: str, options: dict):
     if examples is not None:
         return _compile_symbolic(fn, examples, options)
     specs = [(tuple(p.shape), p.dtype, p.device) for p in region.inputs]
+    fingerprint = region.fingerprint()
 
     def compile_for(strides: tuple):
         examples = [
             torch.empty_strided(shape, stride, dtype=dtype, device=device)
             for (shape, dtype, device), stride in zip(specs, strides)
         ]
-        return _compile_static(fn, examples, options)
+        return _compile_static(fn, examples, options, fingerprint)
 
     expected = tuple(tuple(p.stride()) for p in region.inputs)
     compiled = compile_for(expected)
@@ -254,34 +259,49 @@ def _mutates(graph) -> bool:
     return False
 
 
-def _compile_static(fn, examples: list, options: dict):
+def _compile_static(fn, examples: list, options: dict, fingerprint: str | None = None):
     """A region with static sizes, compiled for ``examples``' sizes and strides into a callable
     taking the region's inputs and returning its outputs as a list.
 
     Traced with Inductor's decompositions and handed to ``compile_fx_inner`` under a fake mode
     with a ShapeEnv of its own (the FX graph cache keys on it); the generated code's entry
     point is called directly. A graph that updates a tensor in place goes through
-    ``standalone_compile`` (AOTAutograd's functionalization) instead.
+    ``standalone_compile`` (AOTAutograd's functionalization) instead. ``fingerprint``: the
+    region's (``Region.fingerprint``), under which the generated code is noted for later
+    processes and found again (``_reuse``).
     """
-    graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
-    _computes_something(graph)
+    building: list = []
     with torch._inductor.config.patch(options):  # Inductor's own settings for this job
-        if _mutates(graph):
-            graph = make_fx(fn, tracing_mode="fake")(*examples)
-            compiled = torch._inductor.standalone_compile(
-                graph, examples, dynamic_shapes="from_example_inputs"
-            )
-            return lambda *args: compiled(*args)
-        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
-        fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
-        building: list = []
-        # cpp_wrapper is an argument here, not read from the config. Inductor's size asserts stay:
-        # besides the inputs' (which compile_region compares first) they check what library
-        # kernels inside the region return against their meta kernels.
-        with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
-            compiled = compile_fx_inner(graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper))
-    _built_now(compiled, building)
-    call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
+        reuse_key = _reuse.region_key(fingerprint, examples)
+        call, source = _load_noted(reuse_key, building, examples)
+        if call is None:
+            from torch._inductor.compile_fx import compile_fx_inner
+            from torch._inductor.decomposition import select_decomp_table
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch.fx.experimental.proxy_tensor import make_fx
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+            graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
+            _computes_something(graph)
+            if _mutates(graph):
+                graph = make_fx(fn, tracing_mode="fake")(*examples)
+                compiled = torch._inductor.standalone_compile(
+                    graph, examples, dynamic_shapes="from_example_inputs"
+                )
+                return lambda *args: compiled(*args)
+            fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+            fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
+            # cpp_wrapper is an argument here, not read from the config. Inductor's size asserts
+            # stay: besides the inputs' (which compile_region compares first) they check what
+            # library kernels inside the region return against their meta kernels.
+            with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
+                compiled = compile_fx_inner(
+                    graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
+                )
+            _built_now(compiled, building)
+            _reuse.note(reuse_key, compiled)
+            call = compiled.current_callable  # what CompiledFxGraph.__call__ runs, minus its profiler record
+            source = getattr(compiled, "source_code", None)
 
     def run(*args):
         if building:
@@ -289,8 +309,24 @@ def _compile_static(fn, examples: list, options: dict):
         return call(list(args))
 
     run.direct, run.building = call, building  # what compile_region's call of these strides runs
-    run.source_code = getattr(compiled, "source_code", None)  # the generated code, for inspection
+    run.source_code = source  # the generated code, for inspection
     return run
+
+
+def _load_noted(reuse_key: str | None, building: list, examples: list) -> tuple:
+    """The entry point and source of the generated module an earlier process noted under
+    ``reuse_key``, loaded as Inductor's FX graph cache loads one; (None, None) if there is none
+    or it does not load."""
+    found = _reuse.find(reuse_key)
+    if found is None:
+        return None, None
+    module_key, path, source = found
+    try:
+        with _kernels_built_later(building, examples):
+            return PyCodeCache.load_by_key_path(module_key, path).call, source
+    except Exception:  # noqa: BLE001 - a module that no longer loads: the region is compiled
+        building.clear()
+        return None, None
 
 
 def _compile_symbolic(fn, examples: list, options: dict):
@@ -300,6 +336,11 @@ def _compile_symbolic(fn, examples: list, options: dict):
     is called directly, as for fixed sizes (a graph that writes in place goes through
     ``standalone_compile``). Inputs whose strides the compiled code does not expect (it asserts
     them before computing) run the region's operations as they are."""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     with enable_python_dispatcher():  # symbolic sizes through PyTorch's Python kernels (capture.meta)
         graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)

@@ -152,7 +152,9 @@ class InductorExecutor(FusionExecutor):
     def prepare_compiles(self) -> None:
         """Import Inductor on this thread (a region's compile is going to the background worker)."""
         _isa_probe().start(self.inductor_options)
-        from thunder_executor_inductor import _backend  # noqa: F401
+        from thunder_executor_inductor import _backend
+
+        _backend.import_compiler()
 
     def model_compile_starting(self) -> None:
         """Start the CPU's vector ISA check (``_vec_isa``), the longest part of Inductor's first
