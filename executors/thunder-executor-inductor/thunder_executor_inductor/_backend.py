@@ -321,8 +321,15 @@ def _load_noted(reuse_key: str | None, building: list, examples: list) -> tuple:
     if found is None:
         return None, None
     module_key, path, source = found
+    # Inductor preprocesses its precompiled header (a compiler run, once per process) before it
+    # looks for a kernel's library on disk; the library's name does not depend on the header,
+    # so loading libraries that are there goes without it (one that is not is built without it).
+    config = torch._inductor.config
+    headers = (
+        {"cpp_cache_precompile_headers": False} if hasattr(config, "cpp_cache_precompile_headers") else {}
+    )
     try:
-        with _kernels_built_later(building, examples):
+        with _kernels_built_later(building, examples), config.patch(headers):
             return PyCodeCache.load_by_key_path(module_key, path).call, source
     except Exception:  # noqa: BLE001 - a module that no longer loads: the region is compiled
         building.clear()
