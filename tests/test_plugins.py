@@ -630,6 +630,36 @@ def test_identical_claims_are_measured_once_per_process(monkeypatch):
     assert len(slow.RUNS) > runs  # other shapes: measured afresh
 
 
+def test_a_claim_torch_won_before_goes_into_the_next_program_as_torch_calls(monkeypatch):
+    """Once torch has beaten a claim, an identical claim of a later program (another entry of a
+    decoding loop, another job) is compiled as the torch calls themselves: no region callable
+    around them, slowfuse not run, and explain says why."""
+    monkeypatch.delenv("THUNDER_CORE_SELECT", raising=False)
+    slow = importlib.import_module("tc_slowfuse")
+    slow.RUNS.clear()
+    a, b = torch.randn(6, 3), torch.randn(6, 3)  # shapes no other test measures
+    big = torch.randn(64, 64)  # a matmul sets the program's peak: torch's intermediates fit below it
+
+    def beside_a_matmul(a, b, big):
+        total = (big @ big).sum()
+        return _exp_chain(a, b) + total
+
+    first = thunder_core.jit(beside_a_matmul, executors=["slowfuse"])
+    torch.testing.assert_close(first(a, b, big), beside_a_matmul(a, b, big))
+    assert "slowfuse_fusion" in thunder_core.last_traces(first)[-1].python()  # measured through its region
+    assert thunder_core.explain(first).for_symbol("torch.exp")[0].executor == "torch"
+    runs = len(slow.RUNS)
+    second = thunder_core.jit(beside_a_matmul, executors=["slowfuse"])
+    for _ in range(2):
+        torch.testing.assert_close(second(a, b, big), beside_a_matmul(a, b, big))
+    program = thunder_core.last_traces(second)[-1].python()
+    assert "slowfuse_fusion" not in program and "torch.exp(" in program, program
+    assert len(slow.RUNS) == runs  # neither measured nor run again
+    report = thunder_core.explain(second).for_symbol("torch.exp")[0]
+    assert report.executor == "torch" and report.declined["slowfuse"] == "claimed it, but torch ran faster"
+    assert "identical claim earlier" in report.note, report.note
+
+
 def test_priority_keeps_the_claim_order_without_measuring(monkeypatch):
     slow = importlib.import_module("tc_slowfuse")
     good = importlib.import_module("tc_goodfuse")

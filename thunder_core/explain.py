@@ -159,7 +159,7 @@ def explain(jfn) -> Explanation:
             operation = printer.call(decision.bsym.replace(impl=None))
             executor, declined, note = decision.executor, dict(decision.declined), decision.note
             outputs = [p.name for p in decision.bsym.flat_outputs()]
-            selection = next((measured[n] for n in outputs if n in measured), None)
+            selection = next((measured[n] for n in outputs if n in measured), None) or decision.selection
             failure = getattr(decision.bsym.impl, "failure", None) or next(
                 (failed[n] for n in outputs if n in failed), None
             )

@@ -46,6 +46,7 @@ class Decision:
     executor: str
     declined: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    selection: object | None = None  # the earlier measurement that gave its claim back to torch
 
 
 def _check(executor, bsym) -> bool | Rejection:
@@ -277,6 +278,11 @@ def assign_executors(
             return assign_executors(part, some_executors, options, select)
 
         result = measure_claims(result, executors, claim)
+        selected = getattr(result, "selected_before", {})
+        for decision in decisions if selected else ():
+            decision.selection = next(
+                (selected[p.name] for p in decision.bsym.flat_outputs() if p.name in selected), None
+            )
     result.provenance = Provenance("assign_executors", time.perf_counter() - start)
     result.decisions = decisions
     return result

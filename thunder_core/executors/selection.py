@@ -25,7 +25,9 @@ executor's library imported and its kernels loaded in every new process). The ch
 the compiled program (the generated code calls the winner directly from then on) and shown by
 ``explain``. A claim identical to one measured earlier in the process (the same operations on
 inputs of the same metadata, with the same candidates: the layers of a model compiled as one
-program) takes the earlier winner without being measured again.
+program, or the next program of a decoding loop) takes the earlier winner without being
+measured again; when that winner is torch, the claim's operations go into the program as torch
+calls when it is compiled (``measure_claims``), with no region callable around them.
 
 Claims with effects (in-place updates, random draws, hooks) are not measured: running them
 more than once would repeat the effect; claim order decides them, as with ``select="priority"``.
@@ -53,7 +55,7 @@ from thunder_core.executors.background import BackgroundCompile, compiles_pendin
 from thunder_core.executors.base import FusionExecutor, OperatorExecutor, has_symbolic_sizes
 from thunder_core.executors.caches import ColdInputs
 from thunder_core.executors.failures import FirstCall, _strict, report_failure
-from thunder_core.executors.fusion import compile_now, operations, torch_fallback
+from thunder_core.executors.fusion import compile_now, operations, to_torch, torch_fallback
 from thunder_core.executors.memory import fused_bytes, headroom, held_bytes, region_bytes
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
@@ -212,12 +214,7 @@ class Measured:
     def _decided_before(self, args, kwargs):
         """The winner of an identical claim measured earlier, compiled and run; None if there is
         none or it fails here (then every candidate is measured)."""
-        earlier = _DECISIONS.get(self._key) if self._key is not None else None
-        if earlier is None and self._key is not None and self._store is not None:
-            stored = decisions.load(self._store, self._key)
-            if stored is not None:  # chosen again from its timings: the rule may have changed since
-                chosen = _fastest(stored[1], self.candidates[0].name) if stored[1] else stored[0]
-                earlier = Selection(chosen, stored[1], {}, stored=True)
+        earlier = _known_selection(self._key, self._store, self.candidates[0].name)
         candidate = next((c for c in self.candidates if earlier and c.name == earlier.chosen), None)
         if candidate is None:
             return None
@@ -226,7 +223,7 @@ class Measured:
             result = fn(*args, **kwargs)
         except Exception:  # noqa: BLE001 - measured afresh, which reports the failure properly
             return None
-        return (earlier if earlier.stored else replace(earlier, earlier=True)), fn, result
+        return earlier, fn, result
 
     def _claim_as_made(self) -> Callable:
         """The claim, run without measuring while the program's compiles are in the background:
@@ -278,6 +275,21 @@ class Measured:
                 decisions.save(self._store, self._key, chosen, seconds)
         self._bind(ready[chosen])
         return result
+
+
+def _known_selection(key: tuple | None, store, claimed: str) -> Selection | None:
+    """The winner of an identical claim measured before: in this process, or by an earlier one
+    (``store``, on disk; chosen again from its timings, as the rule may have changed since)."""
+    if key is None:
+        return None
+    earlier = _DECISIONS.get(key)
+    if earlier is not None:
+        return replace(earlier, earlier=True)
+    stored = decisions.load(store, key) if store is not None else None
+    if stored is None:
+        return None
+    chosen = _fastest(stored[1], claimed) if stored[1] else stored[0]
+    return Selection(chosen, stored[1], {}, stored=True)
 
 
 def _fastest(seconds: dict[str, float], claimed: str) -> str:
@@ -424,10 +436,14 @@ def _compiling_in_background(bsym: BoundSymbol) -> BackgroundCompile | None:
 def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list], Trace]) -> Trace:
     """Wrap each claim that has alternatives in a ``Measured`` that times them on its first call.
 
-    ``claim(trace, executors)`` claims a trace with some of the job's executors (for the
-    rest-of-the-job candidate).
+    A claim whose identical claim torch won before (in this process, or by an earlier one on
+    disk) is replaced by its operations run by torch; the returned trace's ``selected_before``
+    maps their outputs to that selection, for ``explain``. ``claim(trace, executors)`` claims a
+    trace with some of the job's executors (for the rest-of-the-job candidate).
     """
     by_name = {e.name: e for e in executors}
+    store = decisions.current_store()
+    inlined: dict[str, Selection] = {}  # output name -> the earlier selection that gave its claim to torch
     updated_later = _updated_later(trace)
     rooms = headroom(trace, [_claimed_bytes(b, by_name.get(b.executor)) for b in trace.bound_symbols])
     changed = False
@@ -464,7 +480,14 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
             continue
         ops = list(bsym.subsymbols) or [bsym]
         key = claim_key(bsym, owner, executors, candidates)
-        bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key, bound_symbols=ops)))
+        known = _known_selection(key, store, candidates[0].name)
+        if known is not None and known.chosen == TORCH and any(c.name == TORCH for c in candidates):
+            # torch won this claim before: its operations go into the program as they are, called
+            # directly instead of through a region's callable.
+            bsyms += [to_torch(b) for b in bsym.subsymbols] if bsym.subsymbols else [to_torch(bsym)]
+            inlined.update((p.name, known) for b in ops for p in b.flat_outputs())
+        else:
+            bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key, bound_symbols=ops)))
         changed = True
     if not changed:
         return trace
@@ -472,4 +495,5 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
     for attribute in ("decisions", "given_back"):
         if hasattr(trace, attribute):
             setattr(result, attribute, getattr(trace, attribute))
+    result.selected_before = inlined
     return result
