@@ -1,5 +1,5 @@
-"""A boolean attention mask shared by several attention calls is made additive once
-(``thunder_core.transforms.attention_masks``), with eager's results bit for bit."""
+"""A boolean attention mask shared by several of torch's attention calls is made additive once
+(``thunder_core.executors.attention_masks``), with eager's results bit for bit."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _mask_argument(line: str) -> str:
     return named[0] if named else arguments[3]
 
 
-def test_the_conversion_runs_in_a_fusion_region_with_eagers_results():
+def test_with_the_default_executors_the_results_are_eagers_bit_for_bit():
     x, mask = torch.randn(1, 2, 5, 8), _mask(5)
     jfn = thunder_core.jit(three_layers)
     torch.testing.assert_close(jfn(x, mask), three_layers(x, mask), rtol=0, atol=0)

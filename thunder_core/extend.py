@@ -65,6 +65,7 @@ from thunder_core.ir.symbols import (
 from thunder_core.ir.trace import Trace, TrainingTraces
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.jit.extension import ModuleExtension
+from thunder_core.jit.fingerprint import region_fingerprint
 from thunder_core.ops import prims as _prims
 from thunder_core.ops.registry import TORCH_SYMBOLS as _TORCH_SYMBOLS
 from thunder_core.ops.registry import lookup as _lookup
@@ -128,6 +129,7 @@ __all__ = [
     "on_compile_worker",
     "prim_symbols",
     "recompute_in_backward",
+    "region_fingerprint",
     "register_vjp",
     "replay",
     "symbol_for",

@@ -25,23 +25,6 @@ class Region:
             function_name=name,
         )
 
-    def fingerprint(self) -> str | None:
-        """A digest of what the region computes, the same in every process: its operations,
-        its inputs' and outputs' metadata, the versions of thunder-core, torch and Python, and
-        PyTorch's global state (grad mode, default dtype, determinism, TF32, threads). None when
-        part of it cannot be written down exactly (an opaque callable, a real tensor constant,
-        symbolic sizes). Executors key what they keep on disk for a region by it
-        (``job_disk_cache``)."""
-        from thunder_core.disk_cache import digest
-        from thunder_core.jit.fingerprint import ambient_torch_state, versions
-        from thunder_core.jit.trace_data import NotPersistable, trace_to_data
-
-        try:
-            data = trace_to_data(self.as_trace("region"), claimed=True)
-        except NotPersistable:
-            return None
-        return digest({"region": data, "versions": versions(), "torch_state": ambient_torch_state()})
-
 
 class RegionNotSupported(Exception):
     """Raised by ``compile_region``: this region goes back to the torch executor (message = why)."""

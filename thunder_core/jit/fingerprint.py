@@ -28,7 +28,7 @@ import types
 import torch
 
 from thunder_core.jit.guards import MISSING
-from thunder_core.jit.trace_data import NotPersistable
+from thunder_core.jit.trace_data import NotPersistable, trace_to_data
 
 _NAMED_TYPES = (torch.dtype, torch.device, torch.memory_format, torch.layout)
 
@@ -353,3 +353,18 @@ def _core_sources_hash() -> str:
                 where = os.path.relpath(os.path.join(folder, name), root)
                 digest.update(f"{where}\0{found.st_size}\0{found.st_mtime_ns}\0".encode())
     return digest.hexdigest()
+
+
+def region_fingerprint(region) -> str | None:
+    """A digest of what a fusion region computes, the same in every process: its operations, its
+    inputs' and outputs' metadata, the versions of thunder-core, torch and Python, and PyTorch's
+    global state (grad mode, default dtype, determinism, TF32, threads). None when part of it
+    cannot be written down exactly (an opaque callable, a real tensor constant, symbolic sizes).
+    Executors key what they keep on disk for a region by it (``job_disk_cache``)."""
+    from thunder_core.disk_cache import digest
+
+    try:
+        data = trace_to_data(region.as_trace("region"), claimed=True)
+    except NotPersistable:
+        return None
+    return digest({"region": data, "versions": versions(), "torch_state": ambient_torch_state()})

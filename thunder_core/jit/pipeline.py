@@ -24,6 +24,7 @@ from thunder_core.autodiff.joint import NotDifferentiable, requires_autodiff, sp
 from thunder_core.capture import capture
 from thunder_core.capture.blocks import block_input_names, has_blocks
 from thunder_core.capture.without_dynamo import python_meta_kernels_without_dynamo
+from thunder_core.executors.attention_masks import share_mask_conversions
 from thunder_core.executors.claiming import assign_executors
 from thunder_core.executors.failures import strictness
 from thunder_core.ir.proxies import TensorProxy
@@ -31,7 +32,6 @@ from thunder_core.ir.trace import Provenance, Trace, TrainingTraces
 from thunder_core.jit.autograd import TrainingProgram
 from thunder_core.jit.blocks import share_blocks, without_blocks
 from thunder_core.jit.cpu_memory import keep_freed_memory
-from thunder_core.transforms.attention_masks import share_mask_conversions
 from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled, autocast_transform
 from thunder_core.transforms.dce import dce
 from thunder_core.transforms.delete_last_used import delete_last_used
@@ -110,13 +110,13 @@ def _lower(trace: Trace, job) -> list[Trace]:
     strict = bool(job is not None and job.config is not None and job.config.strict)
     select = job.config.select if job is not None and job.config is not None else "priority"
     traces = [dce(trace)]
-    masks = share_mask_conversions(traces[-1])
-    if masks is not traces[-1]:
-        traces.append(masks)
     progress.stage("assigning executors and compiling regions")
     with strictness(strict, options):
         claimed = assign_executors(traces[-1], executors, options, select)
     traces.append(claimed)
+    masks = share_mask_conversions(claimed)
+    if masks is not claimed:
+        traces.append(masks)
     traces += _run_passes(traces[-1], job, "after_executors")
     traces.append(delete_last_used(traces[-1]))
     traces[-1].decisions = claimed.decisions

@@ -25,6 +25,7 @@ from thunder_core.extend import (
     SymbolicSizeError,
     TensorProxy,
     on_compile_worker,
+    region_fingerprint,
     symbolic_examples,
 )
 from thunder_executor_inductor import _reuse, _vec_isa
@@ -144,7 +145,7 @@ def compile_region(region, name: str, options: dict):
     if examples is not None:
         return _compile_symbolic(fn, examples, options)
     specs = [(tuple(p.shape), p.dtype, p.device) for p in region.inputs]
-    fingerprint = region.fingerprint()
+    fingerprint = region_fingerprint(region)
 
     def compile_for(strides: tuple):
         examples = [
@@ -267,7 +268,7 @@ def _compile_static(fn, examples: list, options: dict, fingerprint: str | None =
     with a ShapeEnv of its own (the FX graph cache keys on it); the generated code's entry
     point is called directly. A graph that updates a tensor in place goes through
     ``standalone_compile`` (AOTAutograd's functionalization) instead. ``fingerprint``: the
-    region's (``Region.fingerprint``), under which the generated code is noted for later
+    region's (``thunder_core.extend.region_fingerprint``), under which the generated code is noted for later
     processes and found again (``_reuse``).
     """
     building: list = []
