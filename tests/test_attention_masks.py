@@ -78,3 +78,28 @@ def test_a_mask_used_once_or_in_training_stays_boolean():
     three_layers(expected, mask).sum().backward()
     torch.testing.assert_close(leaf.grad, expected.grad)
     assert all("torch.where(" not in t.python() for t in thunder_core.last_traces(training))
+
+
+def test_a_mask_written_in_place_between_the_calls_is_converted_at_each():
+    def written_between(x):
+        mask = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool).tril()
+        first = F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+        mask[:, 0] = False  # the second call sees the mask as it is now
+        return first, F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+    x = torch.randn(1, 2, 5, 8)
+    jfn = thunder_core.jit(written_between, executors=["torch"])
+    for got, expected in zip(jfn(x), written_between(x)):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+    assert "torch.where(" not in _program(jfn)
+
+
+def test_keyword_query_key_and_value_share_the_conversion():
+    def by_keyword(x, mask):
+        first = F.scaled_dot_product_attention(query=x, key=x, value=x, attn_mask=mask)
+        return F.scaled_dot_product_attention(query=first, key=x, value=x, attn_mask=mask)
+
+    x, mask = torch.randn(1, 2, 5, 8), _mask(5)
+    jfn = thunder_core.jit(by_keyword, executors=["torch"])
+    torch.testing.assert_close(jfn(x, mask), by_keyword(x, mask), rtol=0, atol=0, equal_nan=True)
+    assert _program(jfn).count("torch.where(") == 1

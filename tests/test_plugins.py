@@ -660,6 +660,36 @@ def test_a_claim_torch_won_before_goes_into_the_next_program_as_torch_calls(monk
     assert "identical claim earlier" in report.note, report.note
 
 
+def test_an_operator_claim_torch_won_before_goes_into_the_next_program_whole(monkeypatch):
+    """An operator executor's claim keeps the operation's decomposition beside it; given to torch
+    it runs as torch's own operation, not as those parts."""
+    monkeypatch.delenv("THUNDER_CORE_SELECT", raising=False)
+    monkeypatch.setattr(
+        selection, "_fastest", lambda seconds, claimed: "torch"
+    )  # torch wins each measurement
+    goodex = importlib.import_module("tc_goodex")
+    a, b = torch.randn(3, 11), torch.randn(3, 11)  # shapes no other test measures
+
+    def add_twice(x, y):
+        return torch.add(x, y) * 2
+
+    first = thunder_core.jit(add_twice, executors=["goodex"])
+    torch.testing.assert_close(first(a, b), add_twice(a, b))
+    goodex.CALLS.clear()
+    second = thunder_core.jit(add_twice, executors=["goodex"])
+    torch.testing.assert_close(second(a, b), add_twice(a, b))
+    code = [line.strip() for line in _program_lines(second)]
+    assert any("= torch.add(" in line for line in code) and not any("prims." in line for line in code), code
+    assert goodex.CALLS == []
+    assert thunder_core.explain(second).for_symbol("torch.add")[0].executor == "torch"
+
+
+def _program_lines(jfn) -> list[str]:
+    """The generated program's statements, without the comments that show decompositions."""
+    lines = thunder_core.last_traces(jfn)[-1].python().splitlines()
+    return [line for line in lines if line.startswith("  ") and not line.strip().startswith("#")]
+
+
 def test_priority_keeps_the_claim_order_without_measuring(monkeypatch):
     slow = importlib.import_module("tc_slowfuse")
     good = importlib.import_module("tc_goodfuse")

@@ -7,8 +7,8 @@ causal mask), so after executors have claimed a program, the attention calls tor
 share a mask get it converted once, by the operation PyTorch uses, placed before the first of
 them: the same values reach the same kernels, and the results are eager's bit for bit. Only on
 the CPU and without autograd through the attention (how other devices' kernels take a boolean
-mask is theirs to decide), and never for a call another executor claimed (its kernel may take
-the boolean mask as it is).
+mask is theirs to decide), never for a call another executor claimed (its kernel may take the
+boolean mask as it is), and not for a mask the program writes in place (or a view of it).
 """
 
 from __future__ import annotations
@@ -24,24 +24,29 @@ from thunder_core.ir.symbols import pop_recorder, push_recorder
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ops.registry import TORCH_SYMBOLS
 from thunder_core.transforms.replay import all_names
+from thunder_core.transforms.updates import updated_in_place
 
 _MASK_POSITION = 3  # scaled_dot_product_attention(query, key, value, attn_mask, ...)
+
+
+_PARAMETERS = ("query", "key", "value", "attn_mask")
 
 
 def _boolean_mask(bsym) -> tuple[TensorProxy, torch.dtype] | None:
     """The boolean CPU mask of an attention call torch runs without autograd, with its query's dtype."""
     if bsym.executor != TORCH or bsym.symbol is not TORCH_SYMBOLS.get("scaled_dot_product_attention"):
         return None
-    args = bsym.args
-    mask = bsym.kwargs.get("attn_mask", args[_MASK_POSITION] if len(args) > _MASK_POSITION else None)
+    given = dict(zip(_PARAMETERS, bsym.args))
+    given.update((name, bsym.kwargs[name]) for name in _PARAMETERS if name in bsym.kwargs)
+    tensors = [given.get(name) for name in _PARAMETERS]
+    mask = tensors[_MASK_POSITION]
     if not isinstance(mask, TensorProxy) or mask.dtype != torch.bool:
         return None
-    tensors = [*args[:3], mask]
     if not all(
         isinstance(t, TensorProxy) and t.device.type == "cpu" and not t.requires_grad for t in tensors
     ):
         return None
-    return mask, args[0].dtype
+    return mask, tensors[0].dtype
 
 
 def _with_mask(bsym, additive: TensorProxy):
@@ -61,6 +66,8 @@ def share_mask_conversions(trace: Trace) -> Trace:
         found = _boolean_mask(bsym)
         if found is not None:
             uses[found[0].name, found[1]] = uses.get((found[0].name, found[1]), 0) + 1
+    written = updated_in_place(trace.bound_symbols)  # a mask written between two calls: each converts it
+    uses = {key: count for key, count in uses.items() if key[0] not in written}
     if not any(count > 1 for count in uses.values()):
         return trace
     namer = Namer(all_names(trace))
@@ -69,7 +76,7 @@ def share_mask_conversions(trace: Trace) -> Trace:
     for bsym in trace.bound_symbols:
         found = _boolean_mask(bsym)
         key = (found[0].name, found[1]) if found is not None else None
-        if key is None or uses[key] < 2:
+        if key is None or uses.get(key, 0) < 2:
             bsyms.append(bsym)
             continue
         if key not in converted:

@@ -279,6 +279,11 @@ def assign_executors(
 
         result = measure_claims(result, executors, claim)
         selected = getattr(result, "selected_before", {})
+        if selected and decomposed:  # parts of decomposed operations given to torch: run them whole
+            given_back = getattr(result, "given_back", None)
+            result = _recompose(result, decomposed, decisions)
+            if given_back is not None:
+                result.given_back = given_back
         for decision in decisions if selected else ():
             decision.selection = next(
                 (selected[p.name] for p in decision.bsym.flat_outputs() if p.name in selected), None

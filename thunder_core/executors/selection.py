@@ -484,7 +484,8 @@ def measure_claims(trace: Trace, executors: list, claim: Callable[[Trace, list],
         if known is not None and known.chosen == TORCH and any(c.name == TORCH for c in candidates):
             # torch won this claim before: its operations go into the program as they are, called
             # directly instead of through a region's callable.
-            bsyms += [to_torch(b) for b in bsym.subsymbols] if bsym.subsymbols else [to_torch(bsym)]
+            fused = isinstance(owner, FusionExecutor)  # an operator's claim stays whole: torch's own op
+            bsyms += [to_torch(b) for b in bsym.subsymbols] if fused else [to_torch(bsym)]
             inlined.update((p.name, known) for b in ops for p in b.flat_outputs())
         else:
             bsyms.append(bsym.replace(impl=Measured(candidates, operations(ops), key, bound_symbols=ops)))

@@ -136,7 +136,8 @@ def _dropout(a, p=0.5, training=True, inplace=False):
 register_torch_op("dropout", F.dropout, decomposition=_dropout, tags=(RANDOM,))
 
 
-def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    q, k, v = query, key, value  # named as F.scaled_dot_product_attention's parameters, for keyword calls
     if dropout_p != 0.0:
         raise NoDecomposition
     from thunder_core.ops.shapes import _repeat_interleave

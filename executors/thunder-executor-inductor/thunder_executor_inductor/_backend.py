@@ -145,7 +145,7 @@ def compile_region(region, name: str, options: dict):
     if examples is not None:
         return _compile_symbolic(fn, examples, options)
     specs = [(tuple(p.shape), p.dtype, p.device) for p in region.inputs]
-    fingerprint = region_fingerprint(region)
+    fingerprint = region_fingerprint(region) if _reuse.kept() else None
 
     def compile_for(strides: tuple):
         examples = [
@@ -274,7 +274,7 @@ def _compile_static(fn, examples: list, options: dict, fingerprint: str | None =
     building: list = []
     with torch._inductor.config.patch(options):  # Inductor's own settings for this job
         reuse_key = _reuse.region_key(fingerprint, examples)
-        call, source = _load_noted(reuse_key, building, examples)
+        call, source = _load_noted(reuse_key)
         if call is None:
             from torch._inductor.compile_fx import compile_fx_inner
             from torch._inductor.decomposition import select_decomp_table
@@ -314,7 +314,7 @@ def _compile_static(fn, examples: list, options: dict, fingerprint: str | None =
     return run
 
 
-def _load_noted(reuse_key: str | None, building: list, examples: list) -> tuple:
+def _load_noted(reuse_key: str | None) -> tuple:
     """The entry point and source of the generated module an earlier process noted under
     ``reuse_key``, loaded as Inductor's FX graph cache loads one; (None, None) if there is none
     or it does not load."""
@@ -329,11 +329,10 @@ def _load_noted(reuse_key: str | None, building: list, examples: list) -> tuple:
     headers = (
         {"cpp_cache_precompile_headers": False} if hasattr(config, "cpp_cache_precompile_headers") else {}
     )
-    try:
-        with _kernels_built_later(building, examples), config.patch(headers):
+    try:  # its kernels load (or build) now: one that fails sends the region to a compile
+        with config.patch(headers):
             return PyCodeCache.load_by_key_path(module_key, path).call, source
     except Exception:  # noqa: BLE001 - a module that no longer loads: the region is compiled
-        building.clear()
         return None, None
 
 

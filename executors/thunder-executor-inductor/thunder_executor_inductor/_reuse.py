@@ -11,8 +11,10 @@ settings, the CPU's vector instruction set, the C++ compiler and this package's 
 later process with the same key loads the module as Inductor's cache would (its kernels come
 from Inductor's own cache, or are built again from the module's source if they are gone).
 
-Only graphs compiled for the CPU without constants are noted. An entry whose module is gone
-or differs from the noted hash is not used: the region is compiled as usual.
+Only graphs compiled for the CPU without constants are noted, and nothing while any of
+Inductor's custom passes or partitioners is set. An entry whose module is gone, differs from
+the noted hash or does not load (its kernels are built as it loads) is not used: the region is
+compiled as usual, and noted again.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def _sources_hash() -> str:
     return digest.hexdigest()
 
 
+def kept() -> bool:
+    """Whether the job compiling on this thread keeps regions on disk."""
+    return job_disk_cache(KIND) is not None
+
+
 def region_key(fingerprint: str | None, examples: list) -> str | None:
     """The key of a region compiled for ``examples`` under the calling thread's Inductor
     settings; None for a region that is not kept (no fingerprint, not on the CPU, or no disk
@@ -53,10 +60,19 @@ def region_key(fingerprint: str | None, examples: list) -> str | None:
     from torch._inductor.cpp_builder import get_cpp_compiler
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
+    if any(getattr(config, name, None) for name in config._config if "custom" in name):
+        return None  # a user's pass or partitioner: code this key cannot describe
+    try:
+        settings = config.save_config_portable(ignore_private_configs=False)
+    except TypeError:  # an older torch: its public settings
+        settings = config.save_config_portable()
     material = {
         "region": fingerprint,
         "strides": [list(x.stride()) for x in examples],
-        "inductor": config.save_config_portable(),
+        "inductor": settings,
+        "fill_uninitialized_memory": bool(
+            getattr(torch.utils.deterministic, "fill_uninitialized_memory", False)
+        ),
         "isa": str(pick_vec_isa()),
         "compiler": get_cpp_compiler(),
         "executor": _sources_hash(),
