@@ -322,16 +322,8 @@ def _load_noted(reuse_key: str | None) -> tuple:
     if found is None:
         return None, None
     module_key, path, source = found
-    # Inductor preprocesses its precompiled header (a compiler run, once per process) before it
-    # looks for a kernel's library on disk; the library's name does not depend on the header,
-    # so loading libraries that are there goes without it (one that is not is built without it).
-    config = torch._inductor.config
-    headers = (
-        {"cpp_cache_precompile_headers": False} if hasattr(config, "cpp_cache_precompile_headers") else {}
-    )
     try:  # its kernels load (or build) now: one that fails sends the region to a compile
-        with config.patch(headers):
-            return PyCodeCache.load_by_key_path(module_key, path).call, source
+        return PyCodeCache.load_by_key_path(module_key, path).call, source
     except Exception:  # noqa: BLE001 - a module that no longer loads: the region is compiled
         return None, None
 
