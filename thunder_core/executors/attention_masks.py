@@ -26,10 +26,8 @@ from thunder_core.ops.registry import TORCH_SYMBOLS
 from thunder_core.transforms.replay import all_names
 from thunder_core.transforms.updates import updated_in_place
 
-_MASK_POSITION = 3  # scaled_dot_product_attention(query, key, value, attn_mask, ...)
-
-
-_PARAMETERS = ("query", "key", "value", "attn_mask")
+_PARAMETERS = ("query", "key", "value", "attn_mask")  # scaled_dot_product_attention's first four
+_MASK_POSITION = 3
 
 
 def _boolean_mask(bsym) -> tuple[TensorProxy, torch.dtype] | None:
@@ -91,8 +89,4 @@ def share_mask_conversions(trace: Trace) -> Trace:
             bsyms += [to_torch(b).replace(source=bsym.source) for b in recorder.bound_symbols]
             converted[key] = additive
         bsyms.append(_with_mask(bsym, converted[key]))
-    result = trace.with_bound_symbols(bsyms, Provenance("attention masks made additive once", 0.0))
-    for attribute in ("decisions", "given_back"):
-        if hasattr(trace, attribute):
-            setattr(result, attribute, getattr(trace, attribute))
-    return result
+    return trace.with_bound_symbols(bsyms, Provenance("attention masks made additive once", 0.0))

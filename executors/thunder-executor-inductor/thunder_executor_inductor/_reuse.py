@@ -56,6 +56,17 @@ def region_key(fingerprint: str | None, examples: list) -> str | None:
         return None
     if any(not isinstance(x, torch.Tensor) or x.device.type != "cpu" for x in examples):
         return None
+    try:
+        material = _key_material(fingerprint, examples)
+    except Exception:  # noqa: BLE001 - Inductor internals of another torch: the region is not kept
+        return None
+    if material is None:
+        return None
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def _key_material(fingerprint: str, examples: list) -> dict | None:
+    """Everything the key digests; None while a custom pass or partitioner is set."""
     from torch._inductor import config
     from torch._inductor.cpp_builder import get_cpp_compiler
     from torch._inductor.cpu_vec_isa import pick_vec_isa
@@ -77,7 +88,7 @@ def region_key(fingerprint: str | None, examples: list) -> str | None:
         "compiler": get_cpp_compiler(),
         "executor": _sources_hash(),
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True, default=repr).encode()).hexdigest()
+    return material
 
 
 def find(key: str | None) -> tuple[str, str, str] | None:
