@@ -237,3 +237,24 @@ def test_a_modules_symbolic_entry_still_sees_its_parameters_mode_and_globals():
     same(13)
     with torch.no_grad():
         same(14)
+
+
+class _Scaled(torch.nn.Module):
+    """No parameters or buffers: what a graph Dynamo hands over looks like (its weights and
+    numbers are its arguments)."""
+
+    def forward(self, x, weight, scale: float, *, shift=0.0):
+        return x @ weight * scale + shift
+
+
+def test_a_module_without_tensors_of_its_own_takes_the_fast_path_with_numbers_among_its_arguments():
+    module = _Scaled()
+    jmodule = thunder_core.jit(module)
+    x, weight = torch.randn(2, 3), torch.randn(3, 4)
+    for _ in range(3):
+        torch.testing.assert_close(jmodule(x, weight, 0.5, shift=1.0), module(x, weight, 0.5, shift=1.0))
+    assert jmodule._forward._fast_structured is not None  # the next call is served by its flattener
+    # a number the key holds still decides: another scale is another program, eager's result
+    torch.testing.assert_close(jmodule(x, weight, 2.0, shift=1.0), module(x, weight, 2.0, shift=1.0))
+    weight.mul_(3)  # a tensor changed in place: read on this call
+    torch.testing.assert_close(jmodule(x, weight, 0.5, shift=1.0), module(x, weight, 0.5, shift=1.0))

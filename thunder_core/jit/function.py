@@ -71,6 +71,12 @@ class CacheInfo(NamedTuple):
     disk_hits: int = 0  # entries whose captured trace came from the on-disk cache
 
 
+def _no_state_tensors() -> bool:
+    """The metadata check of a module state that holds no tensors (a graph Dynamo handed over,
+    whose parameters are its arguments): always passes, so the calls' fast paths stay open."""
+    return True
+
+
 def _versions_if(directory: str | None) -> dict:
     """What kept operation metadata depends on; not computed when nothing is kept."""
     return versions() if directory is not None else {}
@@ -309,7 +315,7 @@ class ThunderFunction(LastEntryPaths):
         part: list = []
         for t in tensors:  # real tensors, also while another thread captures
             add_to_key(t, part, leaves, "state")
-        check = tensor_metadata_check(tuple(tensors))
+        check = tensor_metadata_check(tuple(tensors)) if tensors else _no_state_tensors
         self._state_known = None if check is None else (len(tensors), check, tuple(part))
         return tuple(part)
 
