@@ -65,6 +65,33 @@ def test_item_is_refused_as_data_dependent():
         thunder_core.jit(lambda x: x * x.max().item())(torch.randn(3))
 
 
+_LSTM = torch.nn.LSTM(4, 8, batch_first=True)
+
+
+def _packed_lstm(x, lengths):
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    return torch.nn.utils.rnn.pad_packed_sequence(_LSTM(packed)[0], batch_first=True)[0]
+
+
+@pytest.mark.parametrize(
+    "fn, args, where",
+    [
+        (
+            lambda x, r: torch.repeat_interleave(x, r, dim=0),
+            (torch.randn(3, 2), torch.tensor([1, 0, 2])),
+            "repeat_interleave",
+        ),
+        (_packed_lstm, (torch.randn(3, 5, 4), torch.tensor([5, 2, 3])), "pack_padded_sequence"),
+    ],
+    ids=["repeat_interleave by a tensor", "pack_padded_sequence"],
+)
+def test_an_operation_whose_sizes_come_from_tensor_values_is_refused_as_data_dependent(fn, args, where):
+    # PyTorch's own message spoke of meta tensors, which the user never made
+    with pytest.raises(DataDependentError, match=where) as info:
+        thunder_core.jit(fn)(*args)
+    assert "meta" not in str(info.value) and "torch.where" in str(info.value)
+
+
 @pytest.mark.parametrize("change", ["t_", "unsqueeze_"])
 def test_an_in_place_change_of_sizes_is_refused_with_the_way_out(change):
     # A proxy's sizes are fixed: recorded as they were, later operations would be compiled for

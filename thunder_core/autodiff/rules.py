@@ -19,12 +19,18 @@ from thunder_core.ops._helpers import canonical_dim, canonical_dims
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
 
 
-def _simple(name):
-    """Register ``grads(out, g, *args, **kwargs) -> list of (input, grad)`` as S[name]'s rule."""
+def _simple(name, covers=None):
+    """Register ``grads(out, g, *args, **kwargs) -> list of (input, grad)`` as S[name]'s rule.
+
+    ``covers(*args, **kwargs)``: whether the rule covers this call form; one it does not cover
+    goes through the decomposition or PyTorch's autograd. It is asked when the rule is applied:
+    ``grads`` runs later, while the backward is built, too late to choose another way."""
 
     def decorator(grads):
         @register_vjp(S[name])
         def rule(*args, **kwargs):
+            if covers is not None and not covers(*args, **kwargs):
+                raise NoRule
             out = S[name](*args, **kwargs)
             return out, lambda g: grads(out, g, *args, **kwargs)
 
@@ -346,10 +352,8 @@ def _(out, g, a, dim=0):
     return _join_pieces(out, g, a, canonical_dim(dim, a.ndim), ops.stack)
 
 
-@_simple("narrow")
+@_simple("narrow", covers=lambda a, dim, start, length: not is_tensor(start))
 def _(out, g, a, dim, start, length):
-    if is_tensor(start):
-        raise NoRule
     d = canonical_dim(dim, a.ndim)
     start = start % a.shape[d] if start < 0 else start
     return [(a, K.slice_backward(g, tuple(a.shape), d, start, start + length, 1))]
@@ -401,10 +405,8 @@ def _(out, g, a, diagonal=0):
     return [(a, ops.triu(g, diagonal))]
 
 
-@_simple("repeat_interleave")
+@_simple("repeat_interleave", covers=lambda a, repeats, dim=None, *, output_size=None: not is_tensor(repeats))
 def _(out, g, a, repeats, dim=None, *, output_size=None):
-    if is_tensor(repeats):
-        raise NoRule
     if dim is None:
         return [(a, ops.reshape(ops.sum(ops.reshape(g, (-1, repeats)), 1), tuple(a.shape)))]
     d = canonical_dim(dim, a.ndim)
@@ -496,19 +498,15 @@ def _(out, g, a, dim, *, dtype=None):
     return [(a, like(ops.flip(ops.cumsum(ops.flip(g, (d,)), d), (d,)), a))]
 
 
-@_simple("softmax")
+@_simple("softmax", covers=lambda a, dim=None, _stacklevel=3, dtype=None: dim is not None)
 def _(out, g, a, dim=None, _stacklevel=3, dtype=None):
-    if dim is None:
-        raise NoRule
     # The kernel in the output's dtype, then cast: with dtype= (an upcast), ATen's CPU kernel returns the
     # gradient's dtype whatever input_dtype says, while its meta says input_dtype.
     return [(a, like(K.softmax_backward(g, out, canonical_dim(dim, a.ndim), out.dtype), a))]
 
 
-@_simple("log_softmax")
+@_simple("log_softmax", covers=lambda a, dim=None, _stacklevel=3, dtype=None: dim is not None)
 def _(out, g, a, dim=None, _stacklevel=3, dtype=None):
-    if dim is None:
-        raise NoRule
     # The kernel in the output's dtype, then cast: with dtype= (an upcast), ATen's CPU kernel returns the
     # gradient's dtype whatever input_dtype says, while its meta says input_dtype.
     return [(a, like(K.log_softmax_backward(g, out, canonical_dim(dim, a.ndim), out.dtype), a))]
@@ -544,7 +542,13 @@ def _(out, g, x, weight, bias=None):
 
 
 # Neural-network ops with fused backward kernels.
-@_simple("embedding")
+def _dense_embedding(
+    indices, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False
+):
+    return not sparse  # a sparse gradient: PyTorch's autograd makes it
+
+
+@_simple("embedding", covers=_dense_embedding)
 def _(
     out,
     g,
@@ -556,8 +560,8 @@ def _(
     scale_grad_by_freq=False,
     sparse=False,
 ):
-    if max_norm is not None or sparse:
-        raise NoRule
+    # max_norm renormalizes the looked-up rows of ``weight`` in place, without autograd, before the
+    # lookup: the gradient is the lookup's, as in eager.
     padding = -1 if padding_idx is None else padding_idx
     return [(weight, K.embedding_dense_backward(g, indices, weight.shape[0], padding, scale_grad_by_freq))]
 

@@ -85,6 +85,18 @@ def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
 
 
+# What PyTorch's kernels say when they need a tensor's values (which meta tensors do not have).
+_READS_DATA = (
+    "item() cannot be called on meta",
+    "a meta tensor without output_size",  # repeat_interleave by a tensor of repeats
+    "should be a 1D CPU int64 tensor, but got 1D meta",  # pack_padded_sequence's lengths
+)
+
+
+def _reads_tensor_data(message: str) -> bool:
+    return any(text in message for text in _READS_DATA) or "data-dependent" in message.lower()
+
+
 class Recorder:
     """Collects bound symbols; nested recorders collect decompositions (subsymbols)."""
 
@@ -106,7 +118,7 @@ class Recorder:
         except ThunderCoreError:
             raise
         except Exception as error:
-            if "item() cannot be called on meta" in str(error) or "data-dependent" in str(error).lower():
+            if _reads_tensor_data(str(error)):
                 from thunder_core.capture.mode import data_dependent_error
 
                 raise data_dependent_error(f"reads tensor data inside {symbol.printed_name}") from error
