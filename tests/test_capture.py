@@ -245,3 +245,19 @@ def test_repeated_calls_with_the_same_metadata_reuse_meta_results_but_respect_gr
     )
     for got, want in zip(actual, expected):
         torch.testing.assert_close(got, want)
+
+
+def _vmapped_inside(x, w):
+    return torch.func.vmap(lambda row: torch.sin(row) @ w)(x)
+
+
+def test_a_torch_func_transform_inside_the_jitted_function_is_refused_with_the_way_out():
+    # The transform's batched tensors reached capture's proxies, which failed far from the cause
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    with pytest.raises(CaptureError, match="torch.func transform") as info:
+        thunder_core.jit(_vmapped_inside)(x, w)
+    assert "test_capture.py" in str(info.value) and "torch.func.vmap(thunder_core.jit(f))" in str(info.value)
+    # the way out it names works
+    torch.testing.assert_close(
+        torch.func.vmap(thunder_core.jit(lambda r: torch.sin(r) @ w))(x), _vmapped_inside(x, w)
+    )

@@ -120,6 +120,25 @@ def test_an_op_without_a_symbol_is_split_off_with_its_reason(fallback):
         assert report.count("-> thunder_core") == 2, report  # before and after the split
 
 
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda w: torch.func.vmap(lambda row: torch.sin(row) @ w),
+        lambda w: torch.func.vmap(torch.func.grad(lambda row: (torch.sin(row) @ w).sum())),
+    ],
+    ids=["vmap", "vmap of grad"],
+)
+def test_a_graph_running_a_torch_func_transform_is_one_fallback_part(transform):
+    # Its operations act on the transform's batched tensors: captured apart, they crashed
+    def fn(x, w):
+        return transform(w)(x) * 2
+
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    opt = compiled(fn)
+    torch.testing.assert_close(opt(x, w), fn(x, w))
+    assert "inside the torch.func transform" in str(thunder_core.explain(opt))
+
+
 def test_options_select_executors_and_unknown_options_are_errors():
     opt = compiled(lambda x: (x * 2).exp(), executors=["torch"])
     opt(torch.randn(3))

@@ -81,6 +81,20 @@ def storage_query_error(what: str) -> CaptureError:
     )
 
 
+_functorch_level = torch._C._functorch.peek_interpreter_stack
+
+
+def functorch_transform_error() -> CaptureError:
+    where = user_location()
+    place = f"{where.filename}:{where.lineno}: `{where.line}`" if where else "the captured function"
+    return CaptureError(
+        f"{place} runs inside a torch.func transform (vmap, grad, jvp, ...) that the jitted function "
+        "calls; thunder_core.jit does not capture through torch.func transforms. Ways out: apply the "
+        "transform to a jitted function instead (torch.func.vmap(thunder_core.jit(f)) works), or leave "
+        "this function (or this part of it) un-jitted."
+    )
+
+
 class CaptureMode(TorchFunctionMode):
     """Routes torch calls to thunder_core symbols; unknown ones become opaque calls.
 
@@ -93,6 +107,8 @@ class CaptureMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _functorch_level() is not None:  # a torch.func transform the captured function started
+            raise functorch_transform_error()
         if func in _METADATA:
             return func(*args, **kwargs)
         reason = _DATA_DEPENDENT.get(func)

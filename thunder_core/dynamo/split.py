@@ -138,8 +138,22 @@ def support(node: fx.Node) -> SplitReason | None:
     )
 
 
+def _starts_a_torch_func_transform(node: fx.Node) -> bool:
+    """``torch._C._functorch._vmap_increment_nesting`` and its kin: Dynamo's graph of a function
+    that calls ``torch.func.vmap`` / ``grad`` / ``jvp`` inside."""
+    target = node.target
+    return (
+        node.op == "call_function"
+        and getattr(target, "__module__", "") in ("torch._C._functorch", "torch._functorch.predispatch")
+        and getattr(target, "__name__", "").endswith("_increment_nesting")
+    )
+
+
 def partition(gm: fx.GraphModule) -> tuple[dict[fx.Node, int], list[Partition]]:
-    """Each computing node's partition id, and the partitions in graph order."""
+    """Each computing node's partition id, and the partitions in graph order. A graph that runs a
+    torch.func transform is one fallback part: its operations act on the transform's batched or
+    differentiated tensors, which exist only between the transform's start and end."""
+    transform = next((n for n in gm.graph.nodes if _starts_a_torch_func_transform(n)), None)
     assignment: dict[fx.Node, int] = {}
     partitions: list[Partition] = []
     attributes = []
@@ -150,6 +164,10 @@ def partition(gm: fx.GraphModule) -> tuple[dict[fx.Node, int], list[Partition]]:
             attributes.append(node)
             continue
         reason = support(node)
+        if reason is None and transform is not None:
+            reason = SplitReason(
+                node.name, _target_name(node), f"inside the torch.func transform that {transform.name} starts"
+            )
         owner = "thunder_core" if reason is None else "fallback"
         source = node.args[0] if node.target is operator.getitem and node.args else None
         if isinstance(source, fx.Node) and source in assignment:
