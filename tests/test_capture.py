@@ -261,3 +261,17 @@ def test_a_torch_func_transform_inside_the_jitted_function_is_refused_with_the_w
     torch.testing.assert_close(
         torch.func.vmap(thunder_core.jit(lambda r: torch.sin(r) @ w))(x), _vmapped_inside(x, w)
     )
+
+
+def _disables_grad(x):
+    torch.set_grad_enabled(False)
+    return x * 2
+
+
+def test_a_function_that_returns_with_grad_mode_switched_is_refused():
+    # A program does not switch its caller's grad mode: the first call disabled it (capture ran
+    # the switch), later calls did not, unlike eager
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(CaptureError, match="returns with grad mode disabled"):
+        thunder_core.jit(_disables_grad)(x)
+    assert torch.is_grad_enabled()

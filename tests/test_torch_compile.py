@@ -139,6 +139,28 @@ def test_a_graph_running_a_torch_func_transform_is_one_fallback_part(transform):
     assert "inside the torch.func transform" in str(thunder_core.explain(opt))
 
 
+def _no_grad_cos_then_product(x, w):
+    with torch.no_grad():  # as Hugging Face's rotary embeddings: no_grad around an autocast block
+        with torch.autocast("cpu", enabled=False):
+            c = x.cos()
+    return (x * w * c).sum()
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_no_grad_block_split_across_parts_leaves_grad_mode_as_eager_does(dynamic):
+    # The autocast block is a fallback part between the no_grad block's switches: the parts
+    # around it switched grad mode only while captured, and from the second call on the
+    # caller's grad mode was left disabled (an output without grad_fn, backward impossible)
+    x, w = torch.randn(4), torch.randn(4, requires_grad=True)
+    (expected,) = torch.autograd.grad(_no_grad_cos_then_product(x, w), w)
+    opt = torch.compile(_no_grad_cos_then_product, backend="thunder_core", dynamic=dynamic)
+    for _ in range(3):
+        out = opt(x, w)
+        assert torch.is_grad_enabled() and out.requires_grad
+        torch.testing.assert_close(torch.autograd.grad(out, w)[0], expected)
+    assert "switches grad mode for the parts after it" in str(thunder_core.explain(opt))
+
+
 def test_options_select_executors_and_unknown_options_are_errors():
     opt = compiled(lambda x: (x * 2).exp(), executors=["torch"])
     opt(torch.randn(3))

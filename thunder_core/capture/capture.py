@@ -200,6 +200,16 @@ def _check_leaves(flat: list) -> None:
             )
 
 
+def _grad_mode_left_switched(grad_mode: bool) -> CaptureError:
+    now = "disabled" if grad_mode else "enabled"
+    return CaptureError(
+        f"thunder_core.jit: the function returns with grad mode {now} (it was "
+        f"{'enabled' if grad_mode else 'disabled'} when called): a program does not switch its caller's grad "
+        "mode, so later calls would leave it as it was. Way out: switch it for a block inside the function "
+        "(`with torch.no_grad():`, `with torch.set_grad_enabled(...):`), or outside the jitted function."
+    )
+
+
 def capture(
     fn,
     args: tuple,
@@ -230,6 +240,7 @@ def capture(
     """
     start = time.perf_counter()
     builder = _InputBuilder(symbolic_sizes)
+    grad_mode = torch.is_grad_enabled()
     try:
         proxy_args = tuple(
             builder.proxify(
@@ -262,9 +273,12 @@ def capture(
             blocks_recorded(list(block_modules), reuse=capture_blocks_once),
         ):
             out = fn(*proxy_args, **proxy_kwargs)
+        if torch.is_grad_enabled() != grad_mode:
+            raise _grad_mode_left_switched(grad_mode)
         out, epilogue, changed = builder.objects.epilogue(out, _is_plain)
     finally:
         builder.objects.restore()  # the caller's objects as they were; the epilogue redoes the changes
+        torch.set_grad_enabled(grad_mode)
     recorder.namer.taken.update(builder.taken)
     if guard_builder is not None:
         guard_builder.arrays_read |= lifter.arrays_read

@@ -24,7 +24,7 @@ import torch
 import torch.fx.passes.split_module
 from torch import fx
 
-from thunder_core.dynamo.split import Partition, is_inplace_view, partition
+from thunder_core.dynamo.split import GRAD_MODE_SWITCHES, Partition, is_inplace_view, partition
 from thunder_core.errors import CaptureError, DataDependentError
 from thunder_core.ir.symbolic import solve_linear
 from thunder_core.jit.dynamic import ArgumentDims
@@ -169,7 +169,10 @@ class _Fallback:
     ):
         self.gm, self.how, self.record, self.name = gm, how, record, name
         self.compiled, self.runner = gm, "eager"
-        if how == "inductor" and _draws_random_numbers(gm):
+        if how == "inductor" and _switches_grad_mode(gm):
+            # Inductor's code would compute in the mode it was traced in and switch nothing.
+            self.runner = "eager (it switches grad mode for the parts after it)"
+        elif how == "inductor" and _draws_random_numbers(gm):
             # Inductor draws with its own generator (other numbers, another stream position).
             self.runner = "eager (it draws random numbers; Inductor's draws differ from eager's)"
         elif how == "inductor" and metadata_changes:
@@ -193,6 +196,10 @@ class _Fallback:
 
     def __call__(self, *args):
         return self.compiled(*args)
+
+
+def _switches_grad_mode(gm: fx.GraphModule) -> bool:
+    return any(node.op == "call_function" and node.target in GRAD_MODE_SWITCHES for node in gm.graph.nodes)
 
 
 def _changes_metadata_in_place(gm: fx.GraphModule) -> bool:

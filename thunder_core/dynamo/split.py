@@ -18,9 +18,12 @@ from thunder_core.ops.registry import lookup, torch_path
 
 # Python-level nodes Dynamo emits that capture handles without a symbol of their own (PyTorch's
 # usage logging included: it reads no tensor and changes nothing the program sees).
-_BOOKKEEPING = {
-    operator.getitem, getattr, len, tuple, list, isinstance, torch._C._set_grad_enabled, torch._C._log_api_usage_once,
-}  # fmt: skip
+_BOOKKEEPING = {operator.getitem, getattr, len, tuple, list, isinstance, torch._C._log_api_usage_once}
+# Grad mode switched for the nodes after it (Dynamo emits it where a ``no_grad`` block starts and
+# ends, only when the mode changes): the switch runs as it is, in a part of the fallback, so that
+# every part after it is called in that mode, as eager would; a part's program does not switch
+# the caller's mode (capture keeps a ``no_grad`` block's effect inside the program it records).
+GRAD_MODE_SWITCHES = {torch._C._set_grad_enabled}
 # Tensor methods that answer from metadata (sizes, possibly symbolic): capture reads them off the proxy.
 _METADATA_METHODS = {
     "numel",
@@ -113,6 +116,8 @@ def support(node: fx.Node) -> SplitReason | None:
         return SplitReason(node.name, _target_name(node), "no thunder_core symbol for this Tensor method")
     if target in _BOOKKEEPING:
         return None
+    if target in GRAD_MODE_SWITCHES:
+        return SplitReason(node.name, _target_name(node), "switches grad mode for the parts after it")
     if target in _SIZE_ARITHMETIC and not any(
         isinstance(n.meta.get("example_value"), torch.Tensor) for n in node.all_input_nodes
     ):
