@@ -112,3 +112,42 @@ def test_global_module_hooks_run_once_per_module_as_in_eager():
         own.remove()
     assert calls == ["ThunderModule", "ThunderModule"]
     torch.testing.assert_close(jmodel(x), model(x))
+
+
+class _OptionalScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4, bias=False)
+        self.register_buffer("scale", None)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y if self.scale is None else y * self.scale
+
+
+def test_parameters_and_buffers_set_to_none_or_deleted_between_calls_are_seen():
+    # Only their names were compared: a bias or buffer set back to None kept its old tensor in
+    # the program (a silent wrong result), a bias set to None crashed describing the inputs,
+    # and a deleted buffer raised KeyError while the key was read
+    torch.manual_seed(0)
+    model = _OptionalScale()
+    jmodel = thunder_core.jit(model)
+    x = torch.randn(2, 4)
+
+    def check():
+        torch.testing.assert_close(jmodel(x), model(x))
+
+    check()
+    model.scale = torch.full((4,), 3.0)
+    check()
+    model.scale = None
+    check()
+    model.lin.bias = nn.Parameter(torch.ones(4))
+    check()
+    model.lin.bias = None
+    check()
+    model.lin.register_buffer("extra", torch.ones(1))
+    check()
+    del model.lin.extra
+    check()
+    assert thunder_core.cache_info(jmodel).entries <= 4

@@ -82,6 +82,10 @@ def _readers(slots: list, modules: list) -> tuple:
     return names["read_tensors"], names["read_training"]
 
 
+def _held(tensors: dict) -> tuple[str, ...]:
+    return tuple(name for name, tensor in tensors.items() if tensor is not None)
+
+
 class _ModuleState:
     """The parameters and buffers of a module, as extra inputs of its jitted forward."""
 
@@ -96,8 +100,9 @@ class _ModuleState:
             self.refresh()
 
     def _current_structure(self) -> tuple:
+        # the names of the parameters and buffers that hold a tensor: one set to None is no input
         return tuple(
-            (id(owner), tuple(owner._parameters), tuple(owner._buffers), tuple(owner._modules))
+            (id(owner), _held(owner._parameters), _held(owner._buffers), tuple(owner._modules))
             for owner in self.module.modules()
         )
 
@@ -123,7 +128,11 @@ class _ModuleState:
 
     def tensors(self) -> list[torch.Tensor]:
         """What the trace takes for the parameters and buffers (as the extensions' ``inputs`` give it)."""
-        tensors = self._read_tensors()
+        try:
+            tensors = self._read_tensors()
+        except KeyError:  # a parameter or buffer deleted since the last call
+            self.refresh()
+            tensors = self._read_tensors()
         if self.extensions:
             names = [name for *_, name in self.slots]
             for extension in self.extensions:
