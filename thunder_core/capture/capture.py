@@ -200,13 +200,31 @@ def _check_leaves(flat: list) -> None:
             )
 
 
-def _grad_mode_left_switched(grad_mode: bool) -> CaptureError:
-    now = "disabled" if grad_mode else "enabled"
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _switches() -> tuple:
+    """Grad mode and autocast: state the captured code may switch for a block of its own."""
+    return torch.is_grad_enabled(), *(
+        (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES
+    )
+
+
+def _restore_switches(state: tuple) -> None:
+    torch.set_grad_enabled(state[0])
+    for device, (enabled, dtype) in zip(_AUTOCAST_DEVICES, state[1:]):
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+
+
+def _left_switched(before: tuple) -> CaptureError:
+    what = "grad mode" if torch.is_grad_enabled() != before[0] else "autocast"
     return CaptureError(
-        f"thunder_core.jit: the function returns with grad mode {now} (it was "
-        f"{'enabled' if grad_mode else 'disabled'} when called): a program does not switch its caller's grad "
-        "mode, so later calls would leave it as it was. Way out: switch it for a block inside the function "
-        "(`with torch.no_grad():`, `with torch.set_grad_enabled(...):`), or outside the jitted function."
+        f"thunder_core.jit: the function returns with {what} switched (grad mode "
+        f"{'enabled' if torch.is_grad_enabled() else 'disabled'}; it was {'enabled' if before[0] else 'disabled'} "
+        "when called): a program does not switch its caller's state, so later calls would leave it as it was. "
+        "Way out: switch it for a block inside the function (`with torch.no_grad():`, `with "
+        "torch.autocast(...):`), or outside the jitted function."
     )
 
 
@@ -240,7 +258,7 @@ def capture(
     """
     start = time.perf_counter()
     builder = _InputBuilder(symbolic_sizes)
-    grad_mode = torch.is_grad_enabled()
+    switches = _switches()
     try:
         proxy_args = tuple(
             builder.proxify(
@@ -273,12 +291,12 @@ def capture(
             blocks_recorded(list(block_modules), reuse=capture_blocks_once),
         ):
             out = fn(*proxy_args, **proxy_kwargs)
-        if torch.is_grad_enabled() != grad_mode:
-            raise _grad_mode_left_switched(grad_mode)
+        if _switches() != switches:
+            raise _left_switched(switches)
         out, epilogue, changed = builder.objects.epilogue(out, _is_plain)
     finally:
         builder.objects.restore()  # the caller's objects as they were; the epilogue redoes the changes
-        torch.set_grad_enabled(grad_mode)
+        _restore_switches(switches)  # also where the function raised inside a block
     recorder.namer.taken.update(builder.taken)
     if guard_builder is not None:
         guard_builder.arrays_read |= lifter.arrays_read

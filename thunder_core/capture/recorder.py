@@ -17,6 +17,7 @@ from thunder_core.ir.source import user_location
 from thunder_core.ir.symbols import EFFECT, INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.ops._helpers import NoDecomposition
+from thunder_core.ops.autocast_policy import cast_inputs, proxy_device_type
 
 
 def check_decompositions() -> bool:
@@ -52,9 +53,12 @@ _FACTORIES = frozenset(
 )  # fmt: skip
 
 
-# Torch calls that return None whose effect is on capture itself, not on the program's data:
-# grad mode switched by ``torch.no_grad()`` / ``enable_grad()`` (proxies carry the mode in force).
-_EFFECTS_OF_CAPTURE = frozenset({"_set_grad_enabled", "torch._C._set_grad_enabled"})
+# Torch calls whose effect is on capture itself, not on the program's data: grad mode switched
+# by ``torch.no_grad()`` / ``enable_grad()`` (proxies carry the mode in force), and autocast
+# turned on or off for a block, as Dynamo's graphs do it (the casts are recorded as they happen).
+_EFFECTS_OF_CAPTURE = frozenset(
+    {"_set_grad_enabled", "torch._C._set_grad_enabled", "_enter_autocast", "_exit_autocast"}
+)
 
 
 def _is_value(output) -> bool:
@@ -95,6 +99,20 @@ _READS_DATA = (
 
 def _reads_tensor_data(message: str) -> bool:
     return any(text in message for text in _READS_DATA) or "data-dependent" in message.lower()
+
+
+_autocast_on = torch.is_autocast_enabled
+
+
+def _autocast_casts(symbol: Symbol, args: tuple, kwargs: dict) -> tuple:
+    """The operation's arguments with the casts ``torch.autocast`` (on right now, as the user's
+    code left it: around the call or a block inside) makes before it, recorded as ``to`` calls
+    ahead of it. The code after it sees the dtypes eager would, and the program holds every
+    cast, so it runs with autocast off."""
+    device_type = proxy_device_type(args, kwargs)
+    if device_type not in ("cpu", "cuda") or not _autocast_on(device_type):
+        return args, kwargs
+    return cast_inputs(symbol.name, device_type, torch.get_autocast_dtype(device_type), args, kwargs)
 
 
 class Recorder:
@@ -148,6 +166,8 @@ class Recorder:
     def _record(self, symbol: Symbol, args: tuple, kwargs: dict):
         args = tree_map(lambda x: x, args)  # freeze the caller's lists
         kwargs = dict(kwargs)
+        if self.top_level and (_autocast_on("cpu") or _autocast_on("cuda")):
+            args, kwargs = _autocast_casts(symbol, args, kwargs)
         output = self.outputs(symbol, args, kwargs)
         if symbol.has_tag(OPAQUE) and not symbol.has_tag(INPLACE) and not _proxies(output):
             if not _is_value(output) and symbol.name not in _EFFECTS_OF_CAPTURE:

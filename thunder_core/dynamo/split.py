@@ -24,6 +24,10 @@ _BOOKKEEPING = {operator.getitem, getattr, len, tuple, list, isinstance, torch._
 # every part after it is called in that mode, as eager would; a part's program does not switch
 # the caller's mode (capture keeps a ``no_grad`` block's effect inside the program it records).
 GRAD_MODE_SWITCHES = {torch._C._set_grad_enabled}
+# An autocast block's start and end: FX's split_module repeats them in every part the block
+# spans, so each part turns autocast on or off and back itself; capture records the casts made
+# in between.
+_AUTOCAST_BLOCKS = {torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast}
 # Tensor methods that answer from metadata (sizes, possibly symbolic): capture reads them off the proxy.
 _METADATA_METHODS = {
     "numel",
@@ -114,7 +118,7 @@ def support(node: fx.Node) -> SplitReason | None:
         if _updates_in_place_what_a_symbol_computes(target):
             return None
         return SplitReason(node.name, _target_name(node), "no thunder_core symbol for this Tensor method")
-    if target in _BOOKKEEPING:
+    if target in _BOOKKEEPING or target in _AUTOCAST_BLOCKS:
         return None
     if target in GRAD_MODE_SWITCHES:
         return SplitReason(node.name, _target_name(node), "switches grad mode for the parts after it")

@@ -32,7 +32,7 @@ from thunder_core.ir.trace import Provenance, Trace, TrainingTraces
 from thunder_core.jit.autograd import TrainingProgram
 from thunder_core.jit.blocks import share_blocks, without_blocks
 from thunder_core.jit.cpu_memory import keep_freed_memory
-from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled, autocast_transform
+from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled
 from thunder_core.transforms.dce import dce
 from thunder_core.transforms.delete_last_used import delete_last_used
 from thunder_core.transforms.rematerialize import rematerialize
@@ -138,6 +138,18 @@ def _with_grad_enabled(program):
     return run
 
 
+def _with_autocast_off(program, device_types):
+    """Run a program captured inside ``torch.autocast`` with autocast off for ``device_types``:
+    it holds autocast's casts, and one of its operations that ran in a block with autocast off
+    (a float32 matmul) would be cast again."""
+
+    def run(*leaves):
+        with autocast_disabled(device_types):
+            return program(*leaves)
+
+    return run
+
+
 def _with_lifted(program, lifted: list):
     """``program`` called with the captured real tensors appended to the call's inputs."""
     if not lifted:
@@ -172,9 +184,9 @@ def compile_function(
     a call that would do what an earlier one did is captured without running its Python
     (``thunder_core.capture.block_reuse``).
 
-    Inside ``torch.autocast``, the program is captured and compiled with autocast off and
-    autocast's casts become explicit ops of the trace (so every executor sees the dtypes that
-    really flow); running the result under the same autocast changes nothing.
+    Inside ``torch.autocast``, capture records the casts autocast makes (around the call, or
+    in a block inside the function) as operations of the trace, so every executor sees the
+    dtypes that really flow; the program is compiled and run with autocast off.
 
     With ``symbolic_sizes`` (``thunder_core.capture.symbolic.SymbolicSizes``) the dimensions it
     names are symbolic, and the result's ``size_guard`` says which later inputs it holds for.
@@ -183,11 +195,11 @@ def compile_function(
     (``thunder_core.jit.persistent``): it is used instead of capturing.
     """
     ambient = ambient_autocast()
-    with autocast_disabled(ambient), python_meta_kernels_without_dynamo():
+    with python_meta_kernels_without_dynamo():
         captured, lifted = (
             (restored, [])
             if restored is not None
-            else capture(
+            else capture(  # under the caller's autocast: the casts it makes are recorded
                 fn,
                 args,
                 kwargs,
@@ -200,17 +212,18 @@ def compile_function(
                 symbolic_sizes=symbolic_sizes,
             )
         )
+    with autocast_disabled(ambient), python_meta_kernels_without_dynamo():
         if guard_builder is not None:
             guard_builder.lifted_tensors(lifted)
         flat = without_blocks(captured)
         progress.stage("transforming")
         compiled = None
-        if has_blocks(captured.bound_symbols) and not ambient and not _has_passes(job):
+        if has_blocks(captured.bound_symbols) and not _has_passes(job):
             compiled = _compile_sharing_blocks(captured, flat, lifted, job)
         if compiled is None:
-            compiled = _compile(
-                flat, lifted, job, ambient, block_inputs=block_input_names(captured.bound_symbols)
-            )
+            compiled = _compile(flat, lifted, job, block_inputs=block_input_names(captured.bound_symbols))
+    if ambient:
+        compiled.callable = _with_autocast_off(compiled.callable, ambient)
     compiled.epilogue = captured.epilogue
     compiled.captured, compiled.lifted = captured, len(lifted)
     if symbolic_sizes is not None:
@@ -245,7 +258,7 @@ def _compile_sharing_blocks(captured: Trace, flat: Trace, lifted, job) -> Compil
         return None
     shared.provenance = Provenance(f"share blocks ({len(blocks)} distinct)", time.perf_counter() - start)
     try:
-        compiled = _compile(shared, lifted, job, None, autodiff_fallback=False, first=flat)
+        compiled = _compile(shared, lifted, job, autodiff_fallback=False, first=flat)
     except NotDifferentiable:
         return None
     compiled.blocks = blocks
@@ -271,15 +284,12 @@ def _compile(
     captured: Trace,
     lifted,
     job,
-    ambient,
     *,
     autodiff_fallback: bool = True,
     first: Trace | None = None,
     block_inputs: frozenset = frozenset(),
 ):
     traces = [captured] if first is None else [first, captured]
-    if ambient:
-        traces.append(autocast_transform(captured, ambient, name="autocast (torch.autocast around the call)"))
     traces.append(dce(traces[-1]))
     traces += _run_passes(traces[-1], job, "after_capture")
     prepared = traces[-1]

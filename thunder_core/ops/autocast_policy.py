@@ -2,9 +2,17 @@
 
 Taken from PyTorch's autocast policy (``aten/src/ATen/autocast_mode.cpp``) for the CPU and
 CUDA device types. Operations not listed run in the dtypes their inputs arrive in.
+``cast_inputs`` applies the policy to one operation's arguments: capture does so for every
+operation recorded while ``torch.autocast`` is on, the autocast transform for every operation
+of a trace.
 """
 
 from __future__ import annotations
+
+import torch
+
+from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.tree import leaves, tree_map
 
 LOWER, FLOAT32, PROMOTE = "lower_precision", "float32", "promote"
 
@@ -169,4 +177,46 @@ def policy(op_name: str, device_type: str) -> str | None:
         return FLOAT32
     if short in _PROMOTE:
         return PROMOTE
+    return None
+
+
+def cast_inputs(op_name: str, device_type: str, dtype: torch.dtype, args: tuple, kwargs: dict) -> tuple:
+    """``(args, kwargs)`` with the casts autocast to ``dtype`` makes before ``op_name`` on
+    ``device_type``, each a recorded ``to`` call; unchanged for an op autocast leaves alone."""
+    rule = policy(op_name, device_type)
+    if rule is None:
+        return args, kwargs
+    if rule == PROMOTE:
+        floats = [
+            x.dtype
+            for x in leaves((args, kwargs))
+            if isinstance(x, TensorProxy) and x.dtype.is_floating_point
+        ]
+        if not floats:
+            return args, kwargs
+        dtype = max(floats, key=lambda d: torch.finfo(d).bits)
+    elif rule == FLOAT32:
+        dtype = torch.float32
+    cast = _cast(dtype)
+    return tree_map(cast, args), tree_map(cast, kwargs)
+
+
+def _cast(dtype: torch.dtype):
+    from thunder_core.ops import TORCH_SYMBOLS  # the registry imports this module's users
+
+    to = TORCH_SYMBOLS["to"]
+
+    def cast(x):
+        if isinstance(x, TensorProxy) and x.dtype.is_floating_point and x.dtype != dtype:
+            return to(x, dtype)
+        return x
+
+    return cast
+
+
+def proxy_device_type(args, kwargs) -> str | None:
+    """The device type of the first tensor among an operation's arguments."""
+    for x in leaves((args, kwargs)):
+        if isinstance(x, TensorProxy):
+            return x.device.type
     return None

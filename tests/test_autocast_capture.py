@@ -1,0 +1,96 @@
+"""torch.autocast as the captured code sees it: around the call and in blocks inside the function.
+
+Capture records the casts autocast makes as they happen, so code that inspects dtypes (or asks
+whether autocast is on) takes eager's branch, and a block that turns autocast on or off inside
+the function is honoured; the program holds every cast and runs with autocast off.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder_core
+
+FRONT_ENDS = {
+    "jit": thunder_core.jit,
+    "torch.compile": lambda fn: torch.compile(fn, backend="thunder_core"),
+}
+
+
+@pytest.fixture(params=sorted(FRONT_ENDS))
+def compiled(request):
+    torch._dynamo.reset()
+    yield FRONT_ENDS[request.param]
+    torch._dynamo.reset()
+
+
+def _autocast_inside(a, b):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = a @ b
+    return h.relu() + 1
+
+
+def _branches_on_dtype(a, b):
+    h = a @ b
+    if h.dtype == torch.bfloat16:  # as Hugging Face's `if x.dtype == torch.float16: clamp`
+        h = h.clamp(-1, 1)
+    return h * 2
+
+
+def _float32_block(a, b):
+    # as Hugging Face's rotary embeddings: a block computed in float32 under any autocast
+    with torch.autocast("cpu", enabled=False):
+        angles = a.float() @ b.float()
+    return angles.cos(), (a @ b).sin()
+
+
+def _asks_for_autocast(a, b):
+    h = a @ b
+    return h * 3 if torch.is_autocast_enabled("cpu") else h
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(8, 16, generator=g), torch.randn(16, 8, generator=g)
+
+
+def _check(got, want):
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w)
+
+
+def test_an_autocast_block_inside_the_function_runs_in_its_dtype(compiled):
+    a, b = _inputs()
+    fn = compiled(_autocast_inside)
+    for _ in range(2):
+        _check(fn(a, b), _autocast_inside(a, b))
+
+
+@pytest.mark.parametrize("program", [_branches_on_dtype, _float32_block, _asks_for_autocast])
+def test_code_under_autocast_around_the_call_sees_what_eager_sees(compiled, program):
+    a, b = _inputs()
+    fn = compiled(program)
+    for _ in range(2):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = fn(a, b), program(a, b)
+        _check(got, want)
+    _check(fn(a, b), program(a, b))  # and without autocast, a program of its own
+
+
+def test_training_under_autocast_gives_eagers_gradients():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    jmodel = thunder_core.jit(model)
+    x = torch.randn(8, 16)
+    grads = []
+    for m in (model, jmodel):
+        m.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m(x)
+        assert out.dtype == torch.bfloat16
+        out.float().square().mean().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want)
