@@ -64,7 +64,13 @@ def _backward_impl(handle, inputs, grads):
     # Differentiated again with respect to the incoming gradients (a functional transform's
     # jvp, which transposes this linear map): keep the graph from them to the result.
     again = torch.is_grad_enabled() and any(g.requires_grad for g in gs)
-    grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True, create_graph=again)
+    if again:
+        grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True, create_graph=True)
+    else:
+        # backward, not grad: a reentrant checkpoint (an autograd Function) refuses .grad(). The
+        # leaves are this call's own detached inputs; nothing else is reached through the op.
+        torch.autograd.backward(outs, gs)
+        grads = [x.grad for x in leaf_inputs]
     return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaf_inputs))
 
 

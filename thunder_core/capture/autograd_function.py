@@ -31,6 +31,8 @@ def _symbol_for(cls: type) -> Symbol:
         def apply(*args, **kwargs):
             return cls.apply(*args, **kwargs)
 
+        apply.reads_tensors_it_is_not_given = True  # its forward may read a module's parameter itself
+
         name = f"{cls.__qualname__}.apply"
         apply.__name__ = apply.__qualname__ = name
         symbol = _symbols[cls] = Symbol(name=name, impl=apply, printed_name=name, tags=frozenset({OPAQUE}))

@@ -16,6 +16,7 @@ import contextlib
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from thunder_core.capture import symbolic
 from thunder_core.capture.without_dynamo import before_python_meta_kernels
@@ -336,13 +337,40 @@ def _meta_outputs(fn, args: tuple, kwargs: dict):
         k: ("meta" if k == "device" and v is not None else tree_map(to_meta, v)) for k, v in kwargs.items()
     }
     before_python_meta_kernels()
+    stray = (
+        _StrayTensorsAsMeta()
+        if getattr(fn, "reads_tensors_it_is_not_given", False)
+        else contextlib.nullcontext()
+    )
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), stray:
             out = fn(*meta_args, **meta_kwargs)
     except NotImplementedError:
         # No meta kernel: learn the output metadata from a run on sample CPU data.
         out = _run_on_sample_data(fn, args, kwargs)
     return out, metas.proxies()
+
+
+class _StrayTensorsAsMeta(TorchDispatchMode):
+    """For a callable that reads tensors it is not given (an ``autograd.Function`` whose forward
+    uses a module's parameter: a proxy while the module is captured, a real tensor after): an
+    operation on meta stand-ins that meets such a tensor computes on a meta tensor of its
+    metadata. Only output metadata is wanted here."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        flat = leaves((args, kwargs or {}))
+        if any(
+            isinstance(x, TensorProxy) or (isinstance(x, torch.Tensor) and x.device.type == "meta")
+            for x in flat
+        ):
+            args, kwargs = tree_map(_meta_of_stray, (args, kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def _meta_of_stray(x):
+    if isinstance(x, torch.Tensor) and (isinstance(x, TensorProxy) or x.device.type != "meta"):
+        return torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device="meta")
+    return x
 
 
 def _sizes_text(shape, stride) -> tuple[str, ...]:
