@@ -113,3 +113,57 @@ def test_nothing_is_noted_while_a_custom_inductor_pass_is_set(tmp_path):
     cache = str(tmp_path / "thunder")
     assert _run(tmp_path, cache, CUSTOM_PASS="1")["compiles"] >= 1
     assert not _noted_modules(tmp_path / "thunder")
+
+
+_LOADER_CHILD = """
+import json, os, sys
+import torch
+import thunder_core
+
+
+def f(a, b):
+    return ((a.sin() * b) @ b.T @ b).relu() + a.cos() * 2
+
+
+x = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+y = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+regions = os.environ["REGIONS"]
+jf = thunder_core.jit(f, executors=["inductor"], cache_dir=os.environ["REGION_CACHE"],
+                      options={"inductor": {"regions": regions}})
+result = jf(x, y)
+ran = [b for b in thunder_core.last_traces(jf)[-1].bound_symbols if b.executor == "inductor"]
+print(json.dumps({
+    "same": torch.allclose(result, f(x, y), atol=1e-5),
+    "regions": len(ran),
+    "select_algorithm": "torch._inductor.select_algorithm" in sys.modules,
+    "compiled": "torch._inductor.compile_fx" in sys.modules,
+}))
+"""
+
+
+def _load(tmp_path: Path, regions: str) -> dict:
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "REGION_CACHE": str(tmp_path / "thunder"),
+        "REGIONS": regions,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADER_CHILD], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["same"] and result["regions"] >= 1, result
+    return result
+
+
+def test_a_loaded_module_imports_inductors_kernel_selection_only_when_it_calls_a_library_kernel(tmp_path):
+    """Generated code imports ``extern_kernels`` (select_algorithm, most of a second to import)
+    in its header whether it calls a library kernel or not; a loaded region without one does
+    not import it, a region with a matmul in it does, and both compute eager's result."""
+    assert _load(tmp_path, "fusion")["compiled"]  # the first process compiles
+    fusion = _load(tmp_path, "fusion")
+    assert not fusion["compiled"] and not fusion["select_algorithm"], fusion
+    _load(tmp_path, "maximal")
+    maximal = _load(tmp_path, "maximal")  # the matmul inside the region: extern_kernels.mm
+    assert not maximal["compiled"] and maximal["select_algorithm"], maximal

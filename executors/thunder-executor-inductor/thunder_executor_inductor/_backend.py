@@ -9,7 +9,9 @@ generated code imports.
 
 from __future__ import annotations
 
+import re
 import threading
+import types
 from concurrent.futures import Future
 from contextlib import contextmanager
 
@@ -323,9 +325,42 @@ def _load_noted(reuse_key: str | None) -> tuple:
         return None, None
     module_key, path, source = found
     try:  # its kernels load (or build) now: one that fails sends the region to a compile
-        return PyCodeCache.load_by_key_path(module_key, path).call, source
+        return _load_generated(module_key, path, source).call, source
     except Exception:  # noqa: BLE001 - a module that no longer loads: the region is compiled
         return None, None
+
+
+# Header lines of Inductor's generated modules that import what only some modules use: library
+# kernel calls (``extern_kernels``: matmuls, convolutions) and the memory planner's ``align``.
+# Importing them is most of a second in a fresh process (select_algorithm compiles its kernel
+# templates), and a region without matmuls (most of ours) names neither.
+_UNUSED_WHEN_UNNAMED = {
+    "from torch._inductor.select_algorithm import extern_kernels\n": "extern_kernels",
+    "from torch._inductor.codegen.memory_planning import _align as align\n": "align",
+}
+
+
+def _load_generated(module_key: str, path: str, source: str):
+    """The generated module at ``path`` (whose text is ``source``), loaded as Inductor's FX graph
+    cache loads it (``PyCodeCache.load_by_key_path``), except that a header import of a name the
+    module never uses again is left out."""
+    lean = source
+    for line, name in _UNUSED_WHEN_UNNAMED.items():
+        if line in lean and len(re.findall(rf"\b{name}\b", lean)) == 1:  # the import is the only mention
+            lean = lean.replace(line, "\n", 1)  # the lines keep their numbers
+    if lean == source:
+        return PyCodeCache.load_by_key_path(module_key, path)
+    module = _lean_modules.get(path)
+    if module is None:
+        module = types.ModuleType(f"{__name__}.{module_key}")
+        module.__file__ = path
+        module.key = module_key
+        exec(compile(lean, path, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - Inductor's code
+        _lean_modules[path] = module
+    return module
+
+
+_lean_modules: dict[str, types.ModuleType] = {}  # by path, as PyCodeCache keeps the modules it loads
 
 
 def _compile_symbolic(fn, examples: list, options: dict):
