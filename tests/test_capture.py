@@ -82,8 +82,15 @@ def _packed_lstm(x, lengths):
             "repeat_interleave",
         ),
         (_packed_lstm, (torch.randn(3, 5, 4), torch.tensor([5, 2, 3])), "pack_padded_sequence"),
+        # no meta kernel: its sizes were learned from a run on sample data (an all-False mask),
+        # and `y.shape[0]` froze 0 into the trace (a silent wrong result)
+        (
+            lambda x, m: x[m] * x[m].shape[0],
+            (torch.randn(5), torch.tensor([True, False, True, True, False])),
+            "boolean mask as an index",
+        ),
     ],
-    ids=["repeat_interleave by a tensor", "pack_padded_sequence"],
+    ids=["repeat_interleave by a tensor", "pack_padded_sequence", "a boolean mask as an index"],
 )
 def test_an_operation_whose_sizes_come_from_tensor_values_is_refused_as_data_dependent(fn, args, where):
     # PyTorch's own message spoke of meta tensors, which the user never made

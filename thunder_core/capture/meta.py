@@ -49,7 +49,9 @@ def _target_device(args, kwargs) -> torch.device:
     return real if real is not None else torch.get_default_device()
 
 
-def _sample(x):
+def _sample(x, fill=None):
+    if isinstance(x, TensorProxy) and fill is not None:
+        return torch.full(x.shape, fill, dtype=x.dtype)
     if isinstance(x, TensorProxy):
         if x.dtype.is_floating_point or x.dtype.is_complex:
             sample = torch.rand(x.shape, dtype=x.dtype)  # in [0, 1): passes value checks such as weights >= 0
@@ -69,16 +71,35 @@ def _run_on_sample_data(fn, args, kwargs):
     """
     from thunder_core.capture.mode import data_dependent_error
 
-    with torch.random.fork_rng():
-        out = fn(
-            *tree_map(_sample, args),
-            **{k: ("cpu" if k == "device" else tree_map(_sample, v)) for k, v in kwargs.items()},
-        )
+    def run(sample):
+        with torch.random.fork_rng():
+            return fn(
+                *tree_map(sample, args),
+                **{k: ("cpu" if k == "device" else tree_map(sample, v)) for k, v in kwargs.items()},
+            )
+
+    out = run(_sample)
     if not any(isinstance(y, torch.Tensor) for y in leaves(out)):
         raise data_dependent_error(
             f"computes a Python value from tensor data ({getattr(fn, '__name__', fn)})"
         )
+    # Output sizes that follow the values (a boolean mask's True count: x[mask]) would be a
+    # guess frozen into the trace: the op runs again on inputs of all zeros and all ones.
+    for fill in (0, 1):
+        try:
+            other = run(lambda x, fill=fill: _sample(x, fill))
+        except Exception:  # noqa: BLE001 - such values are not valid inputs (an index past the end)
+            continue
+        if _layouts(other) != _layouts(out):
+            raise data_dependent_error(
+                f"has an output shape that depends on tensor values ({getattr(fn, '__name__', fn)}; "
+                "a boolean mask as an index is one: torch.where or masked_fill keep the shape)"
+            )
     return tree_map(lambda y: y.to("meta") if isinstance(y, torch.Tensor) else y, out)
+
+
+def _layouts(out) -> list:
+    return [(tuple(y.shape), y.stride(), y.dtype) for y in leaves(out) if isinstance(y, torch.Tensor)]
 
 
 class _NotMemoizable(Exception):
