@@ -29,6 +29,7 @@ import torch
 
 from thunder_core.executors import failures
 from thunder_core.executors.background import BackgroundCompile, foreground_compile
+from thunder_core.transforms.autocast import DEVICE_TYPES, autocast_disabled
 
 
 class ProgramCalls:
@@ -65,7 +66,9 @@ class ProgramCalls:
         being captured into a graph: the next call compiles them."""
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             return
-        with self._progress(), foreground_compile():
+        # The program holds autocast's casts (capture recorded them): a region compiled under
+        # the caller's autocast would have Inductor cast it again.
+        with self._progress(), foreground_compile(), autocast_disabled(DEVICE_TYPES):
             for region in list(self.pending):
                 region.compile()
                 with self._lock:
