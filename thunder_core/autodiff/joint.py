@@ -56,6 +56,9 @@ class Split:
     names: dict = None  # a value's name in the given trace -> its name in the forward, where they differ
     retain_grad_outputs: tuple = ()  # flat output positions the program called retain_grad() on
     without_gradient: tuple = ()  # input positions that require grad but get none (unused by the outputs)
+    # Per input, a bit mask of the flat outputs computed from it: when none of those receives a
+    # gradient (the loss uses other outputs), eager leaves the input's gradient None, not zeros.
+    outputs_reached: tuple = ()
 
 
 def needs_grad(bsym: BoundSymbol) -> bool:
@@ -277,5 +280,37 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
         if isinstance(p, TensorProxy) and p.requires_grad and g is None
     )
     return Split(
-        forward, backward, differentiable, structure, replay.names, tuple(retained.values()), without_gradient
+        forward,
+        backward,
+        differentiable,
+        structure,
+        replay.names,
+        tuple(retained.values()),
+        without_gradient,
+        _outputs_reached(trace),
     )
+
+
+def _outputs_reached(trace: Trace) -> tuple[int, ...]:
+    """Per input of ``trace``, a bit mask of the flat outputs whose values it flows into (through
+    any operation: a superset of those that pass it a gradient)."""
+    reach = {p.name: 1 << i for i, p in enumerate(trace.inputs) if isinstance(p, TensorProxy)}
+    for bsym in trace.bound_symbols:
+        mask = 0
+        for p in bsym.flat_args():
+            if isinstance(p, TensorProxy):
+                mask |= reach.get(p.name, 0)
+        if mask:
+            for p in bsym.flat_outputs():
+                if isinstance(p, TensorProxy):
+                    reach[p.name] = reach.get(p.name, 0) | mask
+    reached = [0] * len(trace.inputs)
+    for k, x in enumerate(leaves(trace.output)):
+        inputs = reach.get(x.name, 0) if isinstance(x, TensorProxy) else 0
+        i = 0
+        while inputs:
+            if inputs & 1:
+                reached[i] |= 1 << k
+            inputs >>= 1
+            i += 1
+    return tuple(reached)

@@ -41,6 +41,9 @@ class TrainingProgram:
     # Inputs that require grad but get no gradient: passed detached, so that autograd does not
     # walk into their graphs (as eager, which never reaches a tensor the outputs do not use).
     without_gradient: tuple = ()
+    # Per input, a bit mask of the flat outputs computed from it (autodiff.joint._outputs_reached):
+    # an input none of whose outputs receives a gradient gets None, as in eager.
+    outputs_reached: tuple = ()
 
     def rebuild(self, flat):
         out = tree_map(lambda i: flat[i], self.output_structure)
@@ -79,6 +82,12 @@ class ThunderAutogradFunction(torch.autograd.Function):
         ]
         if constant:
             ctx.mark_non_differentiable(*constant)
+        # An output the loss does not use then gets None, not zeros: its inputs' gradients too.
+        ctx.set_materialize_grads(False)
+        ctx.output_layouts = [
+            (o.shape, o.dtype, o.device) if differentiable else None
+            for o, differentiable in zip(outputs, program.output_differentiable)
+        ]
         return tuple(outputs)
 
     @staticmethod
@@ -92,9 +101,21 @@ class ThunderAutogradFunction(torch.autograd.Function):
         # then holds the last ones and frees each after its last use.
         ctx.maybe_clear_saved_tensors()
         program = ctx.program
-        inputs += [g for g, differentiable in zip(grads, program.output_differentiable) if differentiable]
+        unused = 0  # bit mask of the differentiable outputs that received no gradient
+        for k, (g, layout) in enumerate(zip(grads, ctx.output_layouts)):
+            if layout is not None:
+                if g is None:
+                    unused |= 1 << k
+                    g = torch.zeros(layout[0], dtype=layout[1], device=layout[2])
+                inputs.append(g)
         running_backward.outputs = getattr(ctx, "retained_outputs", None)
         try:
-            return (None, *program.backward(inputs))  # empties ``inputs``: each is freed after its last use
+            result = program.backward(inputs)  # empties ``inputs``: each is freed after its last use
         finally:
             running_backward.outputs = None
+        if unused and program.outputs_reached:
+            result = tuple(
+                None if reached and not reached & ~unused else g
+                for g, reached in zip(result, program.outputs_reached)
+            )
+        return (None, *result)

@@ -325,9 +325,11 @@ def _compile(
                 split.output_structure,
                 captured.output_treespec,
                 split.retain_grad_outputs,
-                split.without_gradient
-                if _names(forward_traces[-1].inputs) == _names(prepared.inputs)
-                else (),
+                *(
+                    (split.without_gradient, split.outputs_reached)
+                    if _names(forward_traces[-1].inputs) == _names(prepared.inputs)
+                    else ((), ())
+                ),
             )
             if not torch.is_grad_enabled():
                 program = _with_grad_enabled(program)
