@@ -282,3 +282,15 @@ def test_a_function_that_returns_with_grad_mode_switched_is_refused():
     with pytest.raises(CaptureError, match="returns with grad mode switched"):
         thunder_core.jit(_disables_grad)(x)
     assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("backend", ["eager", "thunder_core"])
+def test_a_torch_compiled_submodule_is_captured_as_written(backend):
+    # Dynamo traced the proxies and capture's own mode, and capture blamed a torch.func transform
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 2))
+    model[0] = torch.compile(model[0], backend=backend)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(thunder_core.jit(model)(x), model(x))
+    torch._dynamo.reset()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
@@ -200,6 +201,26 @@ def _check_leaves(flat: list) -> None:
             )
 
 
+def _compiled_code_as_written():
+    """A ``torch.compile``d module or function that the captured code calls runs its Python as
+    written, which capture records (Dynamo would trace the proxies and capture's own mode):
+    ``torch.compiler.set_stance("force_eager")`` for the capture. The stance is process-wide: a
+    compiled function another thread calls meanwhile runs eagerly too, with the same results.
+    When Dynamo was never imported nothing can be compiled by it, and it is not imported here;
+    where Dynamo's frame evaluation is on, or the user chose another stance, it is left alone."""
+    if "torch._dynamo" not in sys.modules:
+        return nullcontext()
+    try:
+        from torch._C._dynamo.eval_frame import get_eval_frame_callback
+        from torch._dynamo.eval_frame import _stance
+
+        if get_eval_frame_callback() not in (None, False) or _stance.stance != "default":
+            return nullcontext()
+        return torch.compiler.set_stance("force_eager")
+    except (ImportError, AttributeError, RuntimeError):  # private names of torch that may move
+        return nullcontext()
+
+
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
@@ -289,6 +310,7 @@ def capture(
             binder,  # inside capture: what a plugin records while binding is part of the trace
             reads,
             blocks_recorded(list(block_modules), reuse=capture_blocks_once),
+            _compiled_code_as_written(),
         ):
             out = fn(*proxy_args, **proxy_kwargs)
         if _switches() != switches:
