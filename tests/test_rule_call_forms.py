@@ -34,6 +34,18 @@ def test_an_embedding_with_max_norm_renormalizes_its_rows_and_trains_as_eager(sp
     _train_like_eager(module, torch.tensor([[0, 1, 2], [3, 0, 9]]))
 
 
+@pytest.mark.parametrize("max_norm", [None, 1.0])
+def test_a_sparse_embedding_gets_a_sparse_gradient_as_in_eager(max_norm):
+    # its decomposition's gradient was dense, and torch.optim.SparseAdam refused it
+    torch.manual_seed(0)
+    module = torch.nn.Embedding(10, 4, max_norm=max_norm, sparse=True)
+    jitted_copy = copy.deepcopy(module)
+    optimizer = torch.optim.SparseAdam(jitted_copy.parameters(), lr=0.1)
+    thunder_core.jit(jitted_copy)(torch.tensor([[0, 1, 2], [3, 0, 9]])).sum().backward()
+    assert jitted_copy.weight.grad.is_sparse
+    optimizer.step()
+
+
 class _Applied(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()

@@ -64,13 +64,20 @@ def _backward_impl(handle, inputs, grads):
     # Differentiated again with respect to the incoming gradients (a functional transform's
     # jvp, which transposes this linear map): keep the graph from them to the result.
     again = torch.is_grad_enabled() and any(g.requires_grad for g in gs)
-    if again:
-        grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True, create_graph=True)
-    else:
-        # backward, not grad: a reentrant checkpoint (an autograd Function) refuses .grad(). The
-        # leaves are this call's own detached inputs; nothing else is reached through the op.
-        torch.autograd.backward(outs, gs)
-        grads = [x.grad for x in leaf_inputs]
+    try:
+        if again:
+            grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True, create_graph=True)
+        else:
+            # backward, not grad: a reentrant checkpoint (an autograd Function) refuses .grad(). The
+            # leaves are this call's own detached inputs; nothing else is reached through the op.
+            torch.autograd.backward(outs, gs)
+            grads = [x.grad for x in leaf_inputs]
+    except (NotImplementedError, RuntimeError):
+        # An op without a derivative whose outputs the loss does not use: eager never runs its
+        # backward; here it receives zeros (a gradient is linear in them: zeros out).
+        if not all(g.count_nonzero() == 0 for g in gs):
+            raise
+        grads = [None] * len(leaf_inputs)
     return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaf_inputs))
 
 

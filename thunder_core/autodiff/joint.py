@@ -23,7 +23,7 @@ from thunder_core.autodiff import prim_rules as _prim_rules  # noqa: F401  (regi
 from thunder_core.autodiff import rules as _rules  # noqa: F401  (registers torch-level rules)
 from thunder_core.autodiff.fallback import fallback_rule
 from thunder_core.autodiff.helpers import ops, sum_to
-from thunder_core.autodiff.registry import NoRule, vjp_rule
+from thunder_core.autodiff.registry import AutogradOnly, NoRule, vjp_rule
 from thunder_core.capture.recorder import Namer, Recorder
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
@@ -123,7 +123,11 @@ class _Replay:
             self._apply(fallback_rule(bsym.symbol), bsym, source)
             return
         rule = self._executor_rule(bsym) or vjp_rule(bsym.symbol)
-        if rule is not None and self._apply(rule, bsym, source):
+        try:
+            if rule is not None and self._apply(rule, bsym, source):
+                return
+        except AutogradOnly:
+            self._apply(fallback_rule(bsym.symbol), bsym, source)
             return
         if bsym.subsymbols and not bsym.symbol.has_tag(OPAQUE):
             for sub in bsym.subsymbols:
@@ -143,6 +147,9 @@ class _Replay:
         start = len(self.recorder.bound_symbols)
         try:
             out, backward = rule(*bsym.args, **bsym.kwargs)
+        except AutogradOnly:
+            del self.recorder.bound_symbols[start:]
+            raise
         except NoRule:
             del self.recorder.bound_symbols[start:]
             return False

@@ -22,6 +22,11 @@ class NoRule(Exception):
     """This rule does not cover this call; differentiate the decomposition instead."""
 
 
+class AutogradOnly(NoRule):
+    """This call's gradient is one only PyTorch's autograd makes (a sparse gradient): neither
+    the rule nor the decomposition, whose gradients are dense."""
+
+
 def register_vjp(*symbols: Symbol) -> Callable[[Rule], Rule]:
     """Decorator registering ``rule`` as the VJP of each symbol."""
 

@@ -14,22 +14,28 @@ import torch
 
 from thunder_core.autodiff import kernels as K
 from thunder_core.autodiff.helpers import is_tensor, like, ops, product, sum_to, zeros_for
-from thunder_core.autodiff.registry import NoRule, register_vjp
+from thunder_core.autodiff.registry import AutogradOnly, NoRule, register_vjp
 from thunder_core.ops._helpers import canonical_dim, canonical_dims
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
+
+AUTOGRAD = "autograd"  # what a ``covers`` predicate returns for a call only PyTorch's autograd differentiates
 
 
 def _simple(name, covers=None):
     """Register ``grads(out, g, *args, **kwargs) -> list of (input, grad)`` as S[name]'s rule.
 
     ``covers(*args, **kwargs)``: whether the rule covers this call form; one it does not cover
-    goes through the decomposition or PyTorch's autograd. It is asked when the rule is applied:
-    ``grads`` runs later, while the backward is built, too late to choose another way."""
+    goes through the decomposition or PyTorch's autograd (``AUTOGRAD``: PyTorch's autograd
+    only). It is asked when the rule is applied: ``grads`` runs later, while the backward is
+    built, too late to choose another way."""
 
     def decorator(grads):
         @register_vjp(S[name])
         def rule(*args, **kwargs):
-            if covers is not None and not covers(*args, **kwargs):
+            covered = True if covers is None else covers(*args, **kwargs)
+            if covered is AUTOGRAD:
+                raise AutogradOnly
+            if not covered:
                 raise NoRule
             out = S[name](*args, **kwargs)
             return out, lambda g: grads(out, g, *args, **kwargs)
@@ -545,7 +551,7 @@ def _(out, g, x, weight, bias=None):
 def _dense_embedding(
     indices, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False
 ):
-    return not sparse  # a sparse gradient: PyTorch's autograd makes it
+    return AUTOGRAD if sparse else True  # a sparse gradient: PyTorch's autograd makes it
 
 
 @_simple("embedding", covers=_dense_embedding)

@@ -101,9 +101,11 @@ class ThunderAutogradFunction(torch.autograd.Function):
         # then holds the last ones and frees each after its last use.
         ctx.maybe_clear_saved_tensors()
         program = ctx.program
-        unused = 0  # bit mask of the differentiable outputs that received no gradient
+        unused = 0  # bit mask of the outputs that pass no gradient (none received, or not differentiable)
         for k, (g, layout) in enumerate(zip(grads, ctx.output_layouts)):
-            if layout is not None:
+            if layout is None:
+                unused |= 1 << k
+            else:
                 if g is None:
                     unused |= 1 << k
                     g = torch.zeros(layout[0], dtype=layout[1], device=layout[2])
