@@ -294,3 +294,12 @@ def test_a_torch_compiled_submodule_is_captured_as_written(backend):
     x = torch.randn(3, 4)
     torch.testing.assert_close(thunder_core.jit(model)(x), model(x))
     torch._dynamo.reset()
+
+
+def test_a_data_dependent_read_inside_a_library_names_the_librarys_line_too():
+    # BatchNorm with momentum=None averages with 1 / float(num_batches_tracked): the message named
+    # only the user's call
+    model = torch.nn.BatchNorm1d(4, momentum=None).train()
+    with pytest.raises(DataDependentError, match=r"batchnorm\.py:\d+: `exponential_average_factor") as info:
+        thunder_core.jit(model)(torch.randn(8, 4))
+    assert "test_capture.py" in str(info.value)

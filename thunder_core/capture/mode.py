@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 
 from thunder_core.errors import CaptureError, DataDependentError
 from thunder_core.ir.proxies import TensorProxy
-from thunder_core.ir.source import user_location
+from thunder_core.ir.source import calling_location, user_location
 from thunder_core.ir.tree import tree_map
 from thunder_core.ops.registry import lookup, opaque_symbol
 
@@ -51,6 +51,13 @@ _DATA_DEPENDENT = {
 def data_dependent_error(what: str) -> DataDependentError:
     where = user_location()
     place = f"{where.filename}:{where.lineno}: `{where.line}`" if where else "the captured function"
+    inner = calling_location()
+    if (
+        inner is not None
+        and where is not None
+        and (inner.filename, inner.lineno) != (where.filename, where.lineno)
+    ):
+        place += f", in {inner.filename}:{inner.lineno}: `{inner.line}`,"  # a library's own line
     return DataDependentError(
         f"{place} {what}, so the program depends on the values inside a tensor.\n"
         "thunder_core.jit specializes on shapes, dtypes and Python values, never on tensor data. "

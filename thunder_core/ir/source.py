@@ -29,8 +29,24 @@ def short_filename(filename: str) -> str:
 
 
 def user_location() -> SourceLocation | None:
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_SKIPPED):
+    return _first_frame_outside(_SKIPPED)
+
+
+# torch's own plumbing between a library's call and capture's mode
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_DISPATCH = tuple(_TORCH + name for name in ("overrides.py", "_tensor.py", "utils" + os.sep + "_device.py"))
+
+
+def calling_location() -> SourceLocation | None:
+    """The innermost frame outside thunder_core and torch's dispatch: where the call was made,
+    also inside a library (``torch/nn/modules/batchnorm.py``), where ``user_location`` names the
+    user's line that led there."""
+    return _first_frame_outside((*_SKIPPED[1:], *_DISPATCH))
+
+
+def _first_frame_outside(skipped: tuple) -> SourceLocation | None:
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
         frame = frame.f_back
     if frame is None:
         return None
