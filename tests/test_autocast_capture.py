@@ -94,3 +94,13 @@ def test_training_under_autocast_gives_eagers_gradients():
         grads.append([p.grad.clone() for p in model.parameters()])
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want)
+
+
+def _float64_inside(a, b):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return a.double() @ b.double(), a @ b  # autocast leaves float64 alone
+
+
+def test_autocast_leaves_float64_as_eager_does(compiled):
+    a, b = _inputs()
+    _check(compiled(_float64_inside)(a, b), _float64_inside(a, b))

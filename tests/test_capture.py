@@ -279,9 +279,22 @@ def test_a_function_that_returns_with_grad_mode_switched_is_refused():
     # A program does not switch its caller's grad mode: the first call disabled it (capture ran
     # the switch), later calls did not, unlike eager
     x = torch.randn(3, requires_grad=True)
-    with pytest.raises(CaptureError, match="returns with grad mode switched"):
+    with pytest.raises(CaptureError, match=r"returns with grad mode disabled \(it was grad mode enabled"):
         thunder_core.jit(_disables_grad)(x)
     assert torch.is_grad_enabled()
+
+
+def _enables_autocast(x):
+    torch.set_autocast_enabled("cpu", True)
+    return x * 2
+
+
+def test_a_function_that_returns_with_autocast_switched_names_it():
+    with pytest.raises(
+        CaptureError, match=r"returns with cpu autocast to bfloat16 \(it was cpu autocast off"
+    ):
+        thunder_core.jit(_enables_autocast)(torch.randn(3))
+    assert not torch.is_autocast_enabled("cpu")
 
 
 @pytest.mark.parametrize("backend", ["eager", "thunder_core"])

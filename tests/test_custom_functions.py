@@ -38,9 +38,9 @@ class _UsesAFunction(nn.Module):
     def __init__(self):
         super().__init__()
         self.lin = nn.Linear(4, 4)
-        _Doubled.layer = self.lin
 
     def forward(self, x):
+        _Doubled.layer = self.lin  # this module's layer: while it is captured, its weight is a proxy
         return _Doubled.apply(x) + self.lin(x)
 
 
@@ -87,3 +87,20 @@ def test_a_reentrant_checkpoint_in_a_jitted_function_gives_the_inputs_gradient()
     expected, x.grad = x.grad, None
     thunder_core.jit(f)(x).sum().backward()
     torch.testing.assert_close(x.grad, expected)
+
+
+def test_a_checkpointed_batch_norm_updates_its_statistics_once_per_call():
+    # the metadata runs of the checkpointed forward updated the real running statistics too
+    torch.manual_seed(0)
+    lin, norm = nn.Linear(4, 4), nn.BatchNorm1d(4)
+
+    def f(x):
+        return checkpoint(lambda t: norm(lin(t)), x, use_reentrant=True)
+
+    x = torch.randn(8, 4, requires_grad=True)
+    f(x).sum().backward()
+    expected = (norm.num_batches_tracked.clone(), norm.running_mean.clone())
+    norm.reset_running_stats()
+    thunder_core.jit(f)(x).sum().backward()
+    assert norm.num_batches_tracked == expected[0] == 2  # the forward, then its recomputation
+    torch.testing.assert_close(norm.running_mean, expected[1])

@@ -148,9 +148,9 @@ def _no_grad_cos_then_product(x, w):
 
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_a_no_grad_block_split_across_parts_leaves_grad_mode_as_eager_does(dynamic):
-    # The autocast block is a fallback part between the no_grad block's switches: the parts
-    # around it switched grad mode only while captured, and from the second call on the
-    # caller's grad mode was left disabled (an output without grad_fn, backward impossible)
+    # The autocast block made a fallback part between the no_grad block's switches, and the
+    # parts holding the switches switched grad mode only while captured: from the second call on
+    # the caller's grad mode was left disabled (an output without grad_fn, backward impossible)
     x, w = torch.randn(4), torch.randn(4, requires_grad=True)
     (expected,) = torch.autograd.grad(_no_grad_cos_then_product(x, w), w)
     opt = torch.compile(_no_grad_cos_then_product, backend="thunder_core", dynamic=dynamic)

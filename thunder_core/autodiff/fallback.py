@@ -68,13 +68,15 @@ def _backward_impl(handle, inputs, grads):
         if again:
             grads = torch.autograd.grad(outs, leaf_inputs, gs, allow_unused=True, create_graph=True)
         else:
-            # backward, not grad: a reentrant checkpoint (an autograd Function) refuses .grad(). The
-            # leaves are this call's own detached inputs; nothing else is reached through the op.
+            # backward, not grad: a reentrant checkpoint (an autograd Function) refuses .grad().
+            # The gradients of this call's detached inputs are read off their .grad; leaves the op
+            # reaches itself (a checkpointed layer's parameters) accumulate theirs, as in eager.
             torch.autograd.backward(outs, gs)
             grads = [x.grad for x in leaf_inputs]
-    except (NotImplementedError, RuntimeError):
-        # An op without a derivative whose outputs the loss does not use: eager never runs its
-        # backward; here it receives zeros (a gradient is linear in them: zeros out).
+    except NotImplementedError:
+        # PyTorch has no derivative for the op ("the derivative for 'igamma: input' is not
+        # implemented"): eager never runs it when the loss does not use the op's outputs, and
+        # here those receive zeros, which give zeros (a gradient is linear in them).
         if not all(g.count_nonzero() == 0 for g in gs):
             raise
         grads = [None] * len(leaf_inputs)

@@ -23,6 +23,7 @@ from thunder_core.capture.symbolic import SymbolicSizes, capturing_symbolically
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.trace import Provenance, Trace
+from thunder_core.ops.autocast_policy import DEVICE_TYPES as AUTOCAST_DEVICE_TYPES
 
 RESERVED_NAMES = frozenset({"torch", "prims"})
 _PLAIN_LEAVES = (
@@ -221,31 +222,39 @@ def _compiled_code_as_written():
         return nullcontext()
 
 
-_AUTOCAST_DEVICES = ("cpu", "cuda")
-
-
 def _switches() -> tuple:
     """Grad mode and autocast: state the captured code may switch for a block of its own."""
     return torch.is_grad_enabled(), *(
-        (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES
+        (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in AUTOCAST_DEVICE_TYPES
     )
 
 
 def _restore_switches(state: tuple) -> None:
     torch.set_grad_enabled(state[0])
-    for device, (enabled, dtype) in zip(_AUTOCAST_DEVICES, state[1:]):
+    for device, (enabled, dtype) in zip(AUTOCAST_DEVICE_TYPES, state[1:]):
         torch.set_autocast_enabled(device, enabled)
         torch.set_autocast_dtype(device, dtype)
 
 
+def _describe_switches(state: tuple) -> list[str]:
+    grad = f"grad mode {'enabled' if state[0] else 'disabled'}"
+    autocast = [
+        f"{device} autocast {'to ' + str(dtype).removeprefix('torch.') if enabled else 'off'}"
+        for device, (enabled, dtype) in zip(AUTOCAST_DEVICE_TYPES, state[1:])
+    ]
+    return [grad, *autocast]
+
+
 def _left_switched(before: tuple) -> CaptureError:
-    what = "grad mode" if torch.is_grad_enabled() != before[0] else "autocast"
+    changed = [
+        f"{now} (it was {then} when called)"
+        for then, now in zip(_describe_switches(before), _describe_switches(_switches()))
+        if then != now
+    ]
     return CaptureError(
-        f"thunder_core.jit: the function returns with {what} switched (grad mode "
-        f"{'enabled' if torch.is_grad_enabled() else 'disabled'}; it was {'enabled' if before[0] else 'disabled'} "
-        "when called): a program does not switch its caller's state, so later calls would leave it as it was. "
-        "Way out: switch it for a block inside the function (`with torch.no_grad():`, `with "
-        "torch.autocast(...):`), or outside the jitted function."
+        f"thunder_core.jit: the function returns with {', '.join(changed)}: a program does not switch its "
+        "caller's state, so later calls would leave it as it was. Way out: switch it for a block inside the "
+        "function (`with torch.no_grad():`, `with torch.autocast(...):`), or outside the jitted function."
     )
 
 

@@ -93,7 +93,9 @@ def _run_on_sample_data(fn, args, kwargs):
         if _layouts(other) != _layouts(out):
             raise data_dependent_error(
                 f"has an output shape that depends on tensor values ({getattr(fn, '__name__', fn)}; "
-                "a boolean mask as an index is one: torch.where or masked_fill keep the shape)"
+                "a boolean mask as an index is one: torch.where or masked_fill keep the shape, and "
+                'loss[valid].mean() is (loss * valid).sum() / valid.sum(); torch.compile(backend="thunder_core") '
+                "runs such an operation eagerly)"
             )
     return tree_map(lambda y: y.to("meta") if isinstance(y, torch.Tensor) else y, out)
 
@@ -374,18 +376,14 @@ def _meta_outputs(fn, args: tuple, kwargs: dict):
 
 class _StrayTensorsAsMeta(TorchDispatchMode):
     """For a callable that reads tensors it is not given (an ``autograd.Function`` whose forward
-    uses a module's parameter: a proxy while the module is captured, a real tensor after): an
-    operation on meta stand-ins that meets such a tensor computes on a meta tensor of its
-    metadata. Only output metadata is wanted here."""
+    uses a module's parameter: a proxy while the module is captured, a real tensor after): every
+    operation computes on meta tensors of its tensors' metadata. Only output metadata is wanted
+    here, and a real tensor is never changed in place by this run (a BatchNorm's
+    ``num_batches_tracked.add_(1)``: the program's run does that once)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        flat = leaves((args, kwargs or {}))
-        if any(
-            isinstance(x, TensorProxy) or (isinstance(x, torch.Tensor) and x.device.type == "meta")
-            for x in flat
-        ):
-            args, kwargs = tree_map(_meta_of_stray, (args, kwargs or {}))
-        return func(*args, **(kwargs or {}))
+        args, kwargs = tree_map(_meta_of_stray, (args, kwargs or {}))
+        return func(*args, **kwargs)
 
 
 def _meta_of_stray(x):

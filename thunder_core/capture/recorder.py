@@ -17,7 +17,7 @@ from thunder_core.ir.source import user_location
 from thunder_core.ir.symbols import EFFECT, INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.ops._helpers import NoDecomposition
-from thunder_core.ops.autocast_policy import cast_inputs, proxy_device_type
+from thunder_core.ops.autocast_policy import DEVICE_TYPES, cast_inputs, proxy_device_type
 
 
 def check_decompositions() -> bool:
@@ -110,7 +110,7 @@ def _autocast_casts(symbol: Symbol, args: tuple, kwargs: dict) -> tuple:
     ahead of it. The code after it sees the dtypes eager would, and the program holds every
     cast, so it runs with autocast off."""
     device_type = proxy_device_type(args, kwargs)
-    if device_type not in ("cpu", "cuda") or not _autocast_on(device_type):
+    if device_type not in DEVICE_TYPES or not _autocast_on(device_type):
         return args, kwargs
     return cast_inputs(symbol.name, device_type, torch.get_autocast_dtype(device_type), args, kwargs)
 

@@ -165,6 +165,7 @@ _CUDA_FLOAT32 = {
 _PROMOTE = {"stack", "cat", "index_copy"}  # fmt: skip
 
 POLICIES = {"cpu": (_CPU_LOWER, _CPU_FLOAT32), "cuda": (_CUDA_LOWER, _CUDA_FLOAT32)}
+DEVICE_TYPES = tuple(POLICIES)  # the device types autocast is followed on
 
 
 def policy(op_name: str, device_type: str) -> str | None:
@@ -187,11 +188,7 @@ def cast_inputs(op_name: str, device_type: str, dtype: torch.dtype, args: tuple,
     if rule is None:
         return args, kwargs
     if rule == PROMOTE:
-        floats = [
-            x.dtype
-            for x in leaves((args, kwargs))
-            if isinstance(x, TensorProxy) and x.dtype.is_floating_point
-        ]
+        floats = [x.dtype for x in leaves((args, kwargs)) if _eligible(x)]
         if not floats:
             return args, kwargs
         dtype = max(floats, key=lambda d: torch.finfo(d).bits)
@@ -207,11 +204,16 @@ def _cast(dtype: torch.dtype):
     to = TORCH_SYMBOLS["to"]
 
     def cast(x):
-        if isinstance(x, TensorProxy) and x.dtype.is_floating_point and x.dtype != dtype:
+        if _eligible(x) and x.dtype != dtype:
             return to(x, dtype)
         return x
 
     return cast
+
+
+def _eligible(x) -> bool:
+    """What autocast casts: floating-point tensors other than float64 (autocast leaves those)."""
+    return isinstance(x, TensorProxy) and x.dtype.is_floating_point and x.dtype != torch.float64
 
 
 def proxy_device_type(args, kwargs) -> str | None:

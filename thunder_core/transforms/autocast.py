@@ -15,10 +15,10 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from thunder_core.ir.trace import Trace
-from thunder_core.ops.autocast_policy import cast_inputs, proxy_device_type
+from thunder_core.ops.autocast_policy import DEVICE_TYPES, cast_inputs, proxy_device_type
 from thunder_core.transforms.replay import replay
 
-DEVICE_TYPES = ("cpu", "cuda")
+__all__ = ["DEVICE_TYPES", "ambient_autocast", "autocast_disabled", "autocast_transform"]
 
 
 def ambient_autocast() -> dict[str, torch.dtype]:
