@@ -10,11 +10,12 @@ import torch
 
 from thunder_core.ir.symbols import SourceLocation
 
-_SKIPPED = (
-    os.path.dirname(torch.__file__) + os.sep,
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_OURS = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # thunder_core/ (this is ir/)
     os.path.dirname(os.__file__) + os.sep + "contextlib.py",
 )
+_SKIPPED = (_TORCH, *_OURS)
 
 
 def short_filename(filename: str) -> str:
@@ -33,7 +34,6 @@ def user_location() -> SourceLocation | None:
 
 
 # torch's own plumbing between a library's call and capture's mode
-_TORCH = os.path.dirname(torch.__file__) + os.sep
 _DISPATCH = tuple(_TORCH + name for name in ("overrides.py", "_tensor.py", "utils" + os.sep + "_device.py"))
 
 
@@ -41,7 +41,7 @@ def calling_location() -> SourceLocation | None:
     """The innermost frame outside thunder_core and torch's dispatch: where the call was made,
     also inside a library (``torch/nn/modules/batchnorm.py``), where ``user_location`` names the
     user's line that led there."""
-    return _first_frame_outside((*_SKIPPED[1:], *_DISPATCH))
+    return _first_frame_outside((*_OURS, *_DISPATCH))
 
 
 def _first_frame_outside(skipped: tuple) -> SourceLocation | None:
