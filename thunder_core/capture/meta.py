@@ -344,7 +344,7 @@ def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict, 
 
 def _meta_outputs(fn, args: tuple, kwargs: dict):
     """``fn``'s outputs on meta stand-ins, and the input proxy behind each stand-in (by id)."""
-    metas = _StandIns(lambda p: torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device="meta"))
+    metas = _StandIns(_meta_like)
 
     def to_meta(x):
         if isinstance(x, TensorProxy):
@@ -388,8 +388,13 @@ class _StrayTensorsAsMeta(TorchDispatchMode):
 
 def _meta_of_stray(x):
     if isinstance(x, torch.Tensor) and (isinstance(x, TensorProxy) or x.device.type != "meta"):
-        return torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device="meta")
+        return _meta_like(x)
     return x
+
+
+def _meta_like(x: torch.Tensor) -> torch.Tensor:
+    """An empty meta tensor with ``x``'s sizes, strides and dtype."""
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
 
 
 def _sizes_text(shape, stride) -> tuple[str, ...]:

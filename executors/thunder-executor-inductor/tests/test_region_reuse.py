@@ -53,21 +53,21 @@ print(json.dumps({
 """
 
 
-def _run(tmp_path: Path, cache: str, **env) -> dict:
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-        "REGION_CACHE": cache,
-        **env,
-    }
+def _child(tmp_path: Path, source: str, cache: str, **env) -> dict:
+    """``source`` run in a fresh process with Inductor's cache in ``tmp_path``: its last line, as JSON."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "REGION_CACHE": cache, **env}
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", source], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     # Inductor's code ran, with eager's results
-    assert result["same"] and result["regions"] >= 1 and not result["failures"], result
+    assert result["same"] and result["regions"] >= 1 and not result.get("failures"), result
     return result
+
+
+def _run(tmp_path: Path, cache: str, **env) -> dict:
+    return _child(tmp_path, _CHILD, cache, **env)
 
 
 def _noted_modules(cache: Path) -> list[str]:
@@ -142,19 +142,7 @@ print(json.dumps({
 
 
 def _load(tmp_path: Path, regions: str) -> dict:
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-        "REGION_CACHE": str(tmp_path / "thunder"),
-        "REGIONS": regions,
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _LOADER_CHILD], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["same"] and result["regions"] >= 1, result
-    return result
+    return _child(tmp_path, _LOADER_CHILD, str(tmp_path / "thunder"), REGIONS=regions)
 
 
 def test_a_loaded_module_imports_inductors_kernel_selection_only_when_it_calls_a_library_kernel(tmp_path):
