@@ -227,3 +227,32 @@ def test_a_symbolic_capture_runs_each_distinct_operation_on_fake_tensors_once(mo
         torch.testing.assert_close(fn(x), repeated(x, times))
         counts.append(len(runs))
     assert counts[0] == counts[1], counts
+
+
+def test_the_size_guard_reading_each_tensor_once_answers_as_torchs_printed_guard():
+    # The guard of a program with a branch on a size, related sizes (x and the mask share s0 + 1)
+    # and a slice's own stride symbol: its compiled form (each tensor's sizes and strides read
+    # once) must accept and refuse exactly what torch's printed expression does.
+    def program(x, mask, labels):
+        if x.shape[0] > 4:
+            x = x * 2
+        return (x.sum(-1) + mask[: x.shape[0]]).sum() + labels.sum()
+
+    jfn = thunder_core.jit(program, dynamic=True)
+    buffer = torch.arange(40.0).reshape(2, 20)
+    jfn(torch.randn(6, 3), torch.randn(7), buffer[:, 1:9])
+    guard = thunder_core.inspection._function(jfn)._last.size_guard
+    assert guard._reads_once is not None, guard.expression
+    calls = [
+        (torch.randn(n, c), torch.randn(m), buffer[:, 1 : 1 + k] if k else buffer[:1, :4])
+        for n in (1, 2, 5, 9)
+        for c in (3, 4)
+        for m in (n, n + 1, n + 3)
+        for k in (0, 3, 8)
+    ]
+    calls.append((torch.randn(3, 6)[:, :3], torch.randn(4), buffer[:, 1:5]))  # a strided x
+    calls.append((torch.randn(6, 3, 1), torch.randn(7), buffer[:, 1:9]))  # another number of dims
+    calls.append((torch.randn(6, 3), None, buffer[:, 1:9]))  # not a tensor
+    answers = [(guard(list(call)), guard.evaluate(list(call))) for call in calls]
+    assert all(fast == printed for fast, printed in answers), answers
+    assert any(fast for fast, _ in answers) and not all(fast for fast, _ in answers)

@@ -13,6 +13,7 @@ for sizes of 2 and more, and a call with size 1 compiles its own trace.
 from __future__ import annotations
 
 import contextvars
+import re
 from contextlib import contextmanager
 
 import torch
@@ -178,6 +179,34 @@ class _Sizes:
         return len(self._size)
 
 
+_SIZE = re.compile(r"L\['t(\d+)'\]\.size\(\)\[(\d+)\]")
+_STRIDE = re.compile(r"L\['t(\d+)'\]\.stride\(\)\[(\d+)\]")
+_OFFSET = re.compile(r"L\['t(\d+)'\]\.storage_offset\(\)")
+
+
+def _reading_each_tensor_once(expression: str, positions: list[int], ndims: list[int]):
+    """``expression`` (torch's printed guard on ``L['t0'].size()[2]``, ...) as a function of the
+    call's leaves that reads each tensor's sizes and strides once into locals: the same
+    conditions, without a lookup and a call per size. None when the expression reads anything
+    else of the tensors (then the printed expression is evaluated as it is)."""
+    body = _OFFSET.sub("0", _STRIDE.sub(r"y\1[\2]", _SIZE.sub(r"z\1[\2]", expression)))
+    if "L[" in body:
+        return None
+    lines = ["def size_guard(leaves):"]
+    lines += [f"    a{i} = leaves[{p}]" for i, p in enumerate(positions)]
+    typed = " and ".join(f"isinstance(a{i}, Tensor) and a{i}.dim() == {n}" for i, n in enumerate(ndims))
+    lines.append(f"    if not ({typed or 'True'}):")
+    lines.append("        return False")
+    for i in range(len(positions)):
+        lines.append(f"    z{i} = a{i}.shape")
+        if f"y{i}[" in body:
+            lines.append(f"    y{i} = a{i}.stride()")
+    lines += ["    try:", f"        return bool({body})", "    except Exception:", "        return False"]
+    namespace = {**guard_globals(), "Tensor": torch.Tensor}
+    exec(compile("\n".join(lines), "<thunder_core size guard>", "exec"), namespace)  # noqa: S102
+    return namespace["size_guard"]
+
+
 class SizeGuard:
     """Whether a call's tensors fit a symbolic trace: their dims in number, static sizes and
     strides equal, symbolic ones satisfying every guard the capture recorded."""
@@ -194,8 +223,15 @@ class SizeGuard:
             compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"), guard_globals()
         )
         self._names = [f"t{i}" for i in range(len(positions))]
+        self._reads_once = _reading_each_tensor_once(self.expression, positions, self._ndims)
 
     def __call__(self, leaves) -> bool:
+        if self._reads_once is not None:
+            return self._reads_once(leaves)
+        return self.evaluate(leaves)
+
+    def evaluate(self, leaves) -> bool:
+        """The guard as torch prints it, evaluated on the tensors' sizes and strides."""
         tensors = {}
         for name, position, ndim in zip(self._names, self.positions, self._ndims):
             leaf = leaves[position]

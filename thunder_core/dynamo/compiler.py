@@ -371,10 +371,13 @@ class _ReadingNumbers:
     """Calls ``compiled`` with the inputs at ``positions`` (0-d tensors) read as Python numbers."""
 
     def __init__(self, compiled, positions: list[int]):
-        self.compiled, self.positions = compiled, frozenset(positions)
+        self.compiled, self.positions = compiled, sorted(positions)
 
     def __call__(self, *args):
-        return self.compiled(*(a.item() if i in self.positions else a for i, a in enumerate(args)))
+        args = list(args)
+        for i in self.positions:
+            args[i] = args[i].item()
+        return self.compiled(*args)
 
 
 class _SizeExpression(torch.nn.Module):
@@ -412,6 +415,7 @@ class _ThunderPart:
         self.run = part
         self.readings: dict[int, _SizeReading] = readings
         self._unsized = unsized
+        self._kept: list[int] | None = None  # the positions of the arguments passed on, once known
 
     def _sizes_agree(self, args) -> bool:
         try:
@@ -425,7 +429,10 @@ class _ThunderPart:
         try:
             if self.readings:
                 if self._sizes_agree(args):
-                    return self.run(*(a for i, a in enumerate(args) if i not in self.readings))
+                    kept = self._kept
+                    if kept is None:
+                        kept = self._kept = [i for i in range(len(args)) if i not in self.readings]
+                    return self.run(*[args[i] for i in kept])
                 self.record.notes.append(
                     f"{self.name}: a size Dynamo passed differs from the tensor dimension it was read from "
                     "(a view changed in place later in the graph?); the part takes the sizes as ints from now on"
