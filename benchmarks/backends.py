@@ -11,8 +11,10 @@ thunder_core[inductor+numba]/checkpoint    # with plugins
 thunder_core/select=priority               # the claim order decides, without measuring
 thunder_core/dynamic=true                  # every size symbolic from the first call
 thunder_core/background=always             # compile_in_background="always" (or never)
+thunder_core/regions=maximal               # the Inductor executor's regions="maximal" (matmuls and attention too)
 torch.compile/dynamic=true                 # torch.compile(dynamic=True); also with a backend or mode
 torch.compile(backend=thunder_core)/background=always   # options={"compile_in_background": "always"}
+torch.compile(backend=thunder_core)/regions=maximal     # options={"options": {"inductor": {"regions": "maximal"}}}
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def thunder_core_arguments(spec: str) -> dict:
         key, equals, value = item.partition("=")
         if equals and key in names:
             settings[names[key]] = _value(value)
+        elif equals and key == "regions":
+            options = options or {}
+            options.setdefault("inductor", {})["regions"] = value
         else:
             plugins.append(item)
     return {"executors": executors, "options": options or None, "plugins": plugins or None, **settings}
@@ -76,9 +81,11 @@ def torch_compile_arguments(spec: str) -> dict:
             arguments.setdefault("options", {})["compile_in_background"] = value
         elif key == "dynamic":
             arguments["dynamic"] = _value(value)
+        elif key == "regions" and arguments.get("backend") == "thunder_core":
+            arguments.setdefault("options", {})["options"] = {"inductor": {"regions": value}}
         else:
             raise ValueError(
-                f"{item!r} is not a setting of {head!r} (dynamic=..., and background=... with thunder_core)"
+                f"{item!r} is not a setting of {head!r} (dynamic=..., and background=... or regions=... with thunder_core)"
             )
     return arguments
 

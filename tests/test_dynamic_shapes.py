@@ -9,6 +9,11 @@ import torch
 from models import litgpt_gpt, token_batch
 
 import thunder_core
+from thunder_core import FusionExecutor
+from thunder_core.capture.capture import capture
+from thunder_core.capture.symbolic import SymbolicSizes
+from thunder_core.executors import torch_executor
+from thunder_core.executors.claiming import assign_executors
 
 
 def _mlp(x, w):
@@ -72,14 +77,53 @@ def test_sizes_0_and_1_are_specialized():
     assert "symbolic" not in thunder_core.cache_info(auto).reasons[1]  # size 1 is fixed: not tried
 
 
+class _PerSize(FusionExecutor):
+    """A fusion executor that compiles one kernel per size (it does not set takes_symbolic_sizes)."""
+
+    def __init__(self):
+        super().__init__("per_size")
+        for op in ("exp", "add", "sin"):
+            self.register_supported(op)
+
+    def compile_region(self, region):
+        return region.as_trace("region").python_callable()
+
+
 def test_executors_that_compile_per_size_leave_symbolic_operations_to_others():
-    pytest.importorskip("thunder_executor_numba")
-    jfn = thunder_core.jit(lambda x: (x.exp() + 1).sin(), executors=["numba"], dynamic=True)
     x = torch.randn(5, 3)
-    torch.testing.assert_close(jfn(x), (x.exp() + 1).sin())
-    (report,) = thunder_core.explain(jfn).for_symbol("torch.exp")
-    assert report.executor == "torch"
-    assert "sizes are symbolic" in report.declined["numba"], report
+    trace, _ = capture(
+        lambda x: (x.exp() + 1).sin(),
+        (x,),
+        {},
+        positional_names=["x"],
+        symbolic_sizes=SymbolicSizes({0: frozenset({0})}),
+    )
+    claimed = assign_executors(trace, [_PerSize(), torch_executor.executor])
+    (report,) = [d for d in claimed.decisions if d.bsym.symbol.name == "exp"]
+    assert report.bsym.executor == "torch"
+    assert "sizes are symbolic" in report.declined["per_size"], report
+
+
+def test_numba_kernels_are_size_generic():
+    # One compile for every size: the generated kernel reads its loop bounds from its inputs on
+    # each call (an RMSNorm's mean divides by the row length, passed in too).
+    pytest.importorskip("thunder_executor_numba")
+
+    def f(x, w, b):
+        y = torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=1e-6)
+        return torch.nn.functional.silu(y) * 2 + b, (x * x).sum(-1, keepdim=True)
+
+    jfn = thunder_core.jit(f, executors=["numba"], dynamic=True)
+    w, b = torch.randn(64), torch.randn(64)
+    for shape in ((3, 5, 64), (7, 2, 64), (130, 9, 64), (2, 2, 64), (4, 3, 33)):
+        x = torch.randn(*shape)
+        w, b = (torch.randn(shape[-1]) for _ in range(2))
+        for got, expected in zip(jfn(x, w, b), f(x, w, b)):
+            torch.testing.assert_close(got, expected)
+    assert thunder_core.cache_info(jfn).entries == 1, thunder_core.cache_info(jfn).reasons
+    reports = thunder_core.explain(jfn).operations
+    assert {r.executor for r in reports} == {"numba"}, reports
+    assert '"cpu f32[s0, s1, s2]" | executor: numba' in str(thunder_core.last_traces(jfn)[-1])
 
 
 def test_a_program_that_fixes_its_sizes_compiles_each_size_and_says_why():

@@ -46,6 +46,7 @@ from thunder_core.executors.base import (
     RegionNotSupported,
     Rejection,
     flatten_to_prims,
+    has_symbolic_sizes,
 )
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
 from thunder_core.ir.symbolic import SymbolicSizeError
@@ -122,6 +123,7 @@ __all__ = [
     "is_impure",
     "job_disk_cache",
     "get_symbol",
+    "has_symbolic_sizes",
     "leaves",
     "library",
     "new_object_proxy",

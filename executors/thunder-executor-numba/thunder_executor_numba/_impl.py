@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from thunder_core import FusionExecutor, RegionNotSupported, Rejection
-from thunder_core.extend import TensorProxy, leaves
+from thunder_core.extend import TensorProxy, has_symbolic_sizes, leaves
 from thunder_executor_numba.attention import check_decode_attention, decode_attention, is_attention
 from thunder_executor_numba.codegen import (
     DTYPES,
@@ -25,8 +25,11 @@ from thunder_executor_numba.codegen import (
     SHAPE_ONLY,
     SUPPORTED,
     analyze,
+    dims,
     flatten_prims,
     generate,
+    numel_hint,
+    one_element,
 )
 from thunder_executor_numba.gemv import check_one_row_linear, is_linear, one_row_linear
 
@@ -59,13 +62,14 @@ def _tensors_supported(bsym) -> bool | Rejection:
                 )
             if x.dtype not in DTYPES:
                 return Rejection(f"numba kernels take float32, float64 and bool tensors (got {x.dtype})")
-            if x.numel() == 0:
+            if 0 in dims(x.shape):
                 return Rejection("empty tensor")
     return True
 
 
 class NumbaExecutor(FusionExecutor):
     default_priority = 5
+    takes_symbolic_sizes = True  # fused kernels read their loop bounds per call (codegen.py)
 
     def __init__(self):
         super().__init__("numba", version=importlib.metadata.version("numba"))
@@ -82,10 +86,12 @@ class NumbaExecutor(FusionExecutor):
         verdict = super().check(bsym)
         if verdict is not True:
             return verdict
-        if is_linear(bsym):
-            return check_one_row_linear(bsym)
-        if is_attention(bsym):
-            return check_decode_attention(bsym)
+        if is_linear(bsym) or is_attention(bsym):
+            if has_symbolic_sizes(bsym):
+                return Rejection(
+                    "numba: its one-row linear and decode attention kernels run fixed sizes only"
+                )
+            return check_one_row_linear(bsym) if is_linear(bsym) else check_decode_attention(bsym)
         supported = _tensors_supported(bsym)
         if supported is not True:
             return supported
@@ -139,7 +145,7 @@ class NumbaExecutor(FusionExecutor):
             return one_row_linear(region.bound_symbols[0])
         if len(region.bound_symbols) == 1 and is_attention(region.bound_symbols[0]):
             return decode_attention(region)
-        numel = max((p.numel() for b in region.bound_symbols for p in b.flat_outputs()), default=0)
+        numel = max((numel_hint(p) for b in region.bound_symbols for p in b.flat_outputs()), default=0)
         try:
             kernel_source = generate(
                 region.bound_symbols,
@@ -157,8 +163,10 @@ class NumbaExecutor(FusionExecutor):
 def _runner(kernel, spec):
     """The callable the generated trace calls: tensors in, fresh output tensors out."""
     inputs = spec.inputs
+    scalar_inputs = [one_element(p) for p in inputs]
+    if spec.sizes_from is not None:
+        return _symbolic_runner(kernel, spec, scalar_inputs)
     out_specs = [(tuple(p.shape), p.dtype) for p in spec.outputs]
-    scalar_inputs = [p.numel() == 1 for p in inputs]
 
     def run(*tensors):
         arrays = []
@@ -167,6 +175,43 @@ def _runner(kernel, spec):
             arrays.append((t.reshape(1) if scalar else t.contiguous().view(-1)).numpy())
         outputs = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in out_specs)
         kernel(*arrays, *(o.view(-1).numpy() for o in outputs))
+        return outputs
+
+    run.source = spec.source
+    return run
+
+
+def _symbolic_runner(kernel, spec, scalar_inputs):
+    """The runner of a kernel with symbolic sizes: the iteration shape is read from the input that
+    has it (``spec.sizes_from``), and each output's shape is that shape, its rows (``S[:-1]``,
+    or ``S[:-1] + (1,)``) or fixed."""
+    shape_of = []
+    iteration = dims(spec.inputs[spec.sizes_from].shape)
+    for p in spec.outputs:
+        shape = dims(p.shape)
+        if shape == iteration:
+            shape_of.append(lambda s: s)
+        elif shape == iteration[:-1]:
+            shape_of.append(lambda s: s[:-1])
+        elif shape == iteration[:-1] + (1,):
+            shape_of.append(lambda s: (*s[:-1], 1))
+        elif all(isinstance(d, int) for d in shape):
+            shape_of.append(lambda s, fixed=shape: fixed)
+        else:
+            raise RegionNotSupported(
+                f"numba: output {p.name} of shape {tuple(p.shape)} is no row shape of the region"
+            )
+    dtypes = [p.dtype for p in spec.outputs]
+    source = spec.sizes_from
+
+    def run(*tensors):
+        arrays = []
+        for t, scalar in zip(tensors, scalar_inputs):
+            t = t.detach()
+            arrays.append((t.reshape(1) if scalar else t.contiguous().view(-1)).numpy())
+        shape = tensors[source].shape
+        outputs = tuple(torch.empty(make(shape), dtype=dtype) for make, dtype in zip(shape_of, dtypes))
+        kernel(*arrays, *(o.view(-1).numpy() for o in outputs), arrays[source].size, shape[-1])
         return outputs
 
     run.source = spec.source

@@ -97,7 +97,10 @@ class Kernel:
     inputs: list  # region input proxies, in argument order
     outputs: list  # region output proxies, in argument order
     parallel: bool
-    numel: int
+    numel: int  # with symbolic sizes, at the sizes the trace was captured with
+    # With symbolic sizes: the input whose shape is the iteration shape, read on every call to
+    # pass the kernel its element and column counts (``n``, ``cols``); None for fixed sizes.
+    sizes_from: int | None = None
 
 
 @dataclass
@@ -114,14 +117,49 @@ class _Analysis:
     prims: list = field(default_factory=list)
 
 
+def dims(shape) -> tuple:
+    """Sizes to compare: a symbolic size (``torch.SymInt``) as its sympy expression, so that two
+    sizes are equal when their expressions are, for every value of the symbols; comparing the
+    SymInts themselves would add a guard to the trace (and fix the size)."""
+    out = []
+    for s in shape:
+        if isinstance(s, torch.SymInt):
+            expr = s.node.expr
+            s = int(expr) if expr.is_Integer else expr
+        out.append(s)
+    return tuple(out)
+
+
+def is_symbolic(shape) -> bool:
+    return any(not isinstance(d, int) for d in dims(shape))
+
+
+def one_element(x) -> bool:
+    """Whether ``x`` holds one element (a symbolic size is never 1: sizes 0 and 1 are fixed)."""
+    return all(d == 1 for d in dims(x.shape))
+
+
+def _size_hint(size) -> int:
+    if isinstance(size, torch.SymInt):
+        node = size.node
+        return node.hint if node.hint is not None else node.shape_env.size_hint(node.expr)
+    return size
+
+
+def numel_hint(x) -> int:
+    """``x.numel()``, with each symbolic size at the value it had when the trace was captured
+    (for heuristics only: which tensor is the largest, whether to run in parallel)."""
+    return math.prod(_size_hint(s) for s in x.shape)
+
+
 def _iteration_shape(prims, inputs) -> tuple:
     tensors = [p for b in prims for p in b.flat_outputs()] + list(inputs)
-    biggest = max(tensors, key=lambda t: t.numel())
-    return tuple(biggest.shape)
+    biggest = max(tensors, key=numel_hint)
+    return dims(biggest.shape)
 
 
 def _is_row_shape(shape, S) -> bool:
-    return len(S) > 0 and tuple(shape) in (S[:-1], S[:-1] + (1,))
+    return len(S) > 0 and dims(shape) in (S[:-1], S[:-1] + (1,))
 
 
 def analyze(bsyms, inputs) -> _Analysis:
@@ -140,13 +178,13 @@ def analyze(bsyms, inputs) -> _Analysis:
         found = known(x)
         if found is not None:
             return found
-        if x.numel() == 1:
+        if one_element(x):
             kind = SCALAR
-        elif expected_kind == FULL and tuple(x.shape) == S:
+        elif expected_kind == FULL and dims(x.shape) == S:
             kind = FULL
         elif expected_kind == ROW and _is_row_shape(x.shape, S):
             kind = ROW
-        elif expected_kind == COL and tuple(x.shape) == (C,):
+        elif expected_kind == COL and dims(x.shape) == (C,):
             kind = COL
         else:
             raise Unsupported(f"input {x.name} of shape {tuple(x.shape)} does not fit iteration shape {S}")
@@ -176,47 +214,47 @@ def analyze(bsyms, inputs) -> _Analysis:
         tensors = [x for x in b.args if isinstance(x, TensorProxy)]
         if name in REDUCTIONS:
             source = classify_input(b.args[0], FULL)
-            dims = tuple(b.args[1])
-            if source.kind != FULL or dims != (len(S) - 1,):
-                raise Unsupported(f"prims.{name} over dims {dims} (only the last dim of {S} fuses)")
+            reduced = tuple(b.args[1])
+            if source.kind != FULL or reduced != (len(S) - 1,):
+                raise Unsupported(f"prims.{name} over dims {reduced} (only the last dim of {S} fuses)")
             values[out.name] = _Value(ROW, source.level + 1, name)
         elif name == "broadcast_in_dim":
-            a, shape, dims = b.args
-            shape, dims = tuple(shape), tuple(dims)
+            a, shape, along_dims = b.args
+            shape, along_dims = dims(shape), tuple(along_dims)
             if shape != S and not _is_row_shape(shape, S):
                 raise Unsupported(f"broadcast to {shape}")
             if known(a) is not None:
                 source = known(a)
-            elif a.numel() == 1:
+            elif one_element(a):
                 source = classify_input(a, SCALAR)
-            elif tuple(a.shape) == (C,) and dims == (len(S) - 1,) and shape == S:
+            elif dims(a.shape) == (C,) and along_dims == (len(S) - 1,) and shape == S:
                 source = classify_input(a, COL)
-            elif _is_row_shape(a.shape, S) and dims == tuple(range(a.ndim)):
+            elif _is_row_shape(a.shape, S) and along_dims == tuple(range(a.ndim)):
                 source = classify_input(a, ROW)
-            elif tuple(a.shape) == S:
+            elif dims(a.shape) == S:
                 source = classify_input(a, FULL)
             else:
-                raise Unsupported(f"broadcast of {tuple(a.shape)} along {dims}")
+                raise Unsupported(f"broadcast of {tuple(a.shape)} along {along_dims}")
             if _is_row_shape(shape, S) and source.kind not in (ROW, SCALAR):
                 raise Unsupported("broadcast into a row shape")
-            along = {ROW: tuple(range(a.ndim)), COL: (len(S) - 1,)}.get(source.kind, dims)
-            if shape == S and dims != along:
-                raise Unsupported(f"a {source.kind} value broadcast along {dims}")
+            along = {ROW: tuple(range(a.ndim)), COL: (len(S) - 1,)}.get(source.kind, along_dims)
+            if shape == S and along_dims != along:
+                raise Unsupported(f"a {source.kind} value broadcast along {along_dims}")
             values[out.name] = _Value(source.kind, source.level)
         elif name in ("reshape", "squeeze"):
             a = b.args[0]
-            source = known(a) or classify_input(a, FULL if tuple(a.shape) == S else ROW)
-            fits = (source.kind == FULL and tuple(out.shape) == S) or (
-                source.kind in (ROW, SCALAR) and (_is_row_shape(out.shape, S) or out.numel() == 1)
+            source = known(a) or classify_input(a, FULL if dims(a.shape) == S else ROW)
+            fits = (source.kind == FULL and dims(out.shape) == S) or (
+                source.kind in (ROW, SCALAR) and (_is_row_shape(out.shape, S) or one_element(out))
             )
             if not fits:
                 raise Unsupported(f"reshape of {tuple(a.shape)} to {tuple(out.shape)}")
             values[out.name] = _Value(source.kind, source.level)
         else:
-            expected = FULL if tuple(out.shape) == S else ROW
-            if out.numel() == 1 and tuple(out.shape) != S:
+            expected = FULL if dims(out.shape) == S else ROW
+            if one_element(out) and dims(out.shape) != S:
                 expected = SCALAR
-            elif expected == ROW and tuple(out.shape) == (C,) and len(S) > 1:
+            elif expected == ROW and dims(out.shape) == (C,) and len(S) > 1:
                 if not _is_row_shape(out.shape, S):
                     expected = COL
                 elif not all(known(x) for x in tensors):
@@ -243,9 +281,17 @@ def _literal(x, dtype) -> str:
 def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
     analysis = analyze(bsyms, inputs)
     S, values, prims = analysis.shape, analysis.values, analysis.prims
-    C = S[-1] if S else 1
-    N = math.prod(S)
-    R = N // C if C else 0
+    sizes_from = None
+    if is_symbolic(S):  # the loop bounds are the kernel's arguments, read from an input per call
+        sizes_from = next((k for k, p in enumerate(inputs) if dims(p.shape) == S), None)
+        if sizes_from is None:
+            raise Unsupported(f"symbolic sizes: no input of the iteration shape {S} to read them from")
+        C, N, R = "cols", "n", "(n // cols)"
+        numel = math.prod(_size_hint(s) for s in inputs[sizes_from].shape)
+    else:
+        C = S[-1] if S else 1
+        N = numel = math.prod(S)
+        R = N // C if C else 0
     produced = {p.name: b for b in prims for p in b.flat_outputs()}
     input_index = {p.name: k for k, p in enumerate(inputs)}
     for p in outputs:
@@ -257,6 +303,13 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
     index = {FULL: "i", ROW: "r", COL: "c", SCALAR: "0"}
 
     def operand(x, dtype, emitted, lines, indent) -> str:
+        if isinstance(x, torch.SymInt):  # a size as a number (a mean divides by the row length)
+            (size,) = dims((x,))
+            if isinstance(size, int):
+                return _literal(size, dtype)
+            if sizes_from is None or size != S[-1]:
+                raise Unsupported(f"the size {x} as a number in a kernel (only the row length is passed)")
+            return f"{DTYPES[dtype]}(cols)" if dtype != torch.bool else "(cols != 0)"
         if not isinstance(x, TensorProxy):
             return _literal(x, dtype)
         if x.name in input_index:
@@ -304,6 +357,8 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
         return var
 
     params = [f"in{k}" for k in range(len(inputs))] + [f"out{k}" for k in range(len(outputs))]
+    if sizes_from is not None:
+        params += ["n", "cols"]
     loop = "numba.prange" if parallel else "range"
     lines = [f"@numba.njit(parallel={parallel}, fastmath=FASTMATH, error_model='numpy', cache=True)"]
     lines.append(f"def {name}({', '.join(params)}):")
@@ -314,13 +369,13 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
         emitted: set[str] = set()
         for k, p in enumerate(outputs):
             v = operand(p, p.dtype, emitted, lines, "        ")
-            target = "i" if tuple(p.shape) == S else ("r" if values[p.name].kind == ROW else "0")
+            target = "i" if dims(p.shape) == S else ("r" if values[p.name].kind == ROW else "0")
             lines.append(f"        out{k}[{target}] = {v}")
-        return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, N)
+        return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, numel, sizes_from)
 
     # Row mode: one pass per reduction level.
     full_outputs = [
-        (k, p) for k, p in enumerate(outputs) if tuple(p.shape) == S and values[p.name].kind != ROW
+        (k, p) for k, p in enumerate(outputs) if dims(p.shape) == S and values[p.name].kind != ROW
     ]
     row_outputs = [(k, p) for k, p in enumerate(outputs) if (k, p) not in full_outputs]
     reductions = [(produced[n], n) for n, v in values.items() if v.reduction]
@@ -371,7 +426,7 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
             lines.append(f"        v_{n} = {acc}")
             row_emitted.add(n)
     emit_rows(last_pass + 1)
-    return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, N)
+    return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, numel, sizes_from)
 
 
 PRELUDE = """import math
