@@ -152,10 +152,13 @@ def test_litgpt_forward_over_many_prompt_lengths_compiles_twice():
     assert info.entries == 2, info.reasons
 
 
-def test_litgpt_training_over_sequence_lengths_gives_eagers_gradients():
+@pytest.mark.parametrize("executors", [None, ["numba", "torch"]], ids=["default", "numba"])
+def test_litgpt_training_over_sequence_lengths_gives_eagers_gradients(executors):
+    if executors is not None:
+        pytest.importorskip("thunder_executor_numba")
     torch.manual_seed(0)
     model = litgpt_gpt(n_layer=2, n_embd=64, vocab=256, block_size=128)
-    jmodel = thunder_core.jit(model)
+    jmodel = thunder_core.jit(model, executors=executors)
     for length in (8, 16, 24, 40, 12):
         idx = token_batch(2, length, seed=length)
         jmodel(idx).logsumexp(-1).mean().backward()
@@ -167,6 +170,11 @@ def test_litgpt_training_over_sequence_lengths_gives_eagers_gradients():
         model.zero_grad(set_to_none=True)
     info = thunder_core.cache_info(jmodel)
     assert info.entries == 2, info.reasons
+    if executors is not None:  # Numba's kernels ran in the symbolic program, forward and backward
+        backward = thunder_core.last_backward_traces(jmodel)
+        forward = [t for t in thunder_core.last_traces(jmodel) if all(t is not b for b in backward)]
+        for trace in (forward[-1], backward[-1]):
+            assert "executor: numba" in str(trace) and "s0" in str(trace), trace
 
 
 @torch.library.custom_op("thunder_core_tests::fixed_sizes_only", mutates_args=())
