@@ -114,7 +114,6 @@ def test_numba_kernels_are_size_generic():
         return torch.nn.functional.silu(y) * 2 + b, (x * x).sum(-1, keepdim=True)
 
     jfn = thunder_core.jit(f, executors=["numba"], dynamic=True)
-    w, b = torch.randn(64), torch.randn(64)
     for shape in ((3, 5, 64), (7, 2, 64), (130, 9, 64), (2, 2, 64), (4, 3, 33)):
         x = torch.randn(*shape)
         w, b = (torch.randn(shape[-1]) for _ in range(2))
@@ -124,6 +123,50 @@ def test_numba_kernels_are_size_generic():
     reports = thunder_core.explain(jfn).operations
     assert {r.executor for r in reports} == {"numba"}, reports
     assert '"cpu f32[s0, s1, s2]" | executor: numba' in str(thunder_core.last_traces(jfn)[-1])
+
+
+def _row_outputs(x, r, s):
+    # One Numba row kernel: a per-row input (r), an output per row (S[:-1]), a per-row maximum
+    # broadcast to the full shape as an output, and a one-element output.
+    m = x.amax(-1, keepdim=True)
+    return torch.softmax(x, -1) * r[..., None], (x * r[..., None]).sum(-1), m.expand_as(x) * 2.0, s * 3.0
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_numba_row_kernels_write_every_kind_of_output(dynamic):
+    pytest.importorskip("thunder_executor_numba")
+    jfn = thunder_core.jit(_row_outputs, executors=["numba"], dynamic=dynamic)
+    for n, c in ((4, 6), (9, 6), (5, 17)):
+        x, r, s = torch.randn(n, c), torch.randn(n), torch.tensor(1.5)
+        for got, expected in zip(jfn(x, r, s), _row_outputs(x, r, s)):
+            torch.testing.assert_close(got, expected)
+    ran = {r.executor for r in thunder_core.explain(jfn).operations if r.executor != "(decomposed)"}
+    assert ran == {"numba"}, thunder_core.explain(jfn)  # one kernel computes all four outputs
+
+
+def test_numba_declines_what_it_cannot_run_size_generic():
+    pytest.importorskip("thunder_executor_numba")
+
+    def outer(r, c):  # the iteration shape exists only inside the region: no input to read it from
+        return (r.reshape(-1, 1) * c).exp() + 1
+
+    jfn = thunder_core.jit(outer, executors=["numba"], dynamic=True)
+    for n in (3, 8):
+        r, c = torch.randn(n), torch.randn(n + 2)
+        torch.testing.assert_close(jfn(r, c), outer(r, c))
+    (report,) = thunder_core.explain(jfn).for_symbol("torch.exp")
+    assert report.executor == "torch" and "no input of the iteration shape" in report.declined["numba"], (
+        report
+    )
+
+    def one_row(x, w):
+        return torch.nn.functional.linear(x, w)
+
+    jlinear = thunder_core.jit(one_row, executors=["numba"], dynamic=True)
+    x, w = torch.randn(1, 300), torch.randn(400, 300)
+    torch.testing.assert_close(jlinear(x, w), one_row(x, w))
+    (report,) = thunder_core.explain(jlinear).for_symbol("torch.nn.functional.linear")
+    assert report.executor == "torch" and "fixed sizes only" in report.declined["numba"], report
 
 
 def test_a_program_that_fixes_its_sizes_compiles_each_size_and_says_why():

@@ -50,6 +50,7 @@ from thunder_core.executors.base import (
 )
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
 from thunder_core.ir.symbolic import SymbolicSizeError
+from thunder_core.ir.symbolic import hint as size_hint
 from thunder_core.ir.symbols import (
     EFFECT,
     INPLACE,
@@ -134,6 +135,7 @@ __all__ = [
     "region_fingerprint",
     "register_vjp",
     "replay",
+    "size_hint",
     "symbol_for",
     "symbolic_examples",
     "torch_symbols",

@@ -156,63 +156,65 @@ class NumbaExecutor(FusionExecutor):
             )
         except RegionNotSupported:
             raise
+        shapes = _output_shapes(kernel_source) if kernel_source.sizes_from is not None else None
         kernel = self._load(PRELUDE + kernel_source.source, "kernel")
-        return _runner(kernel, kernel_source)
+        return _runner(kernel, kernel_source, shapes)
 
 
-def _runner(kernel, spec):
-    """The callable the generated trace calls: tensors in, fresh output tensors out."""
-    inputs = spec.inputs
-    scalar_inputs = [one_element(p) for p in inputs]
-    if spec.sizes_from is not None:
-        return _symbolic_runner(kernel, spec, scalar_inputs)
-    out_specs = [(tuple(p.shape), p.dtype) for p in spec.outputs]
+def _arrays(tensors, scalar_inputs) -> list:
+    """The kernel's input arrays: one-element inputs as one value, the others flat and contiguous."""
+    arrays = []
+    for t, scalar in zip(tensors, scalar_inputs):
+        t = t.detach()
+        arrays.append((t.reshape(1) if scalar else t.contiguous().view(-1)).numpy())
+    return arrays
 
-    def run(*tensors):
-        arrays = []
-        for t, scalar in zip(tensors, scalar_inputs):
-            t = t.detach()
-            arrays.append((t.reshape(1) if scalar else t.contiguous().view(-1)).numpy())
-        outputs = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in out_specs)
-        kernel(*arrays, *(o.view(-1).numpy() for o in outputs))
-        return outputs
+
+def _runner(kernel, spec, shapes=None):
+    """The callable the generated trace calls: tensors in, fresh output tensors out. ``shapes``:
+    with symbolic sizes, how each output's shape follows from the iteration shape (``_output_shapes``)."""
+    scalar_inputs = [one_element(p) for p in spec.inputs]
+    dtypes = [p.dtype for p in spec.outputs]
+    if shapes is None:
+        fixed = [tuple(p.shape) for p in spec.outputs]
+
+        def run(*tensors):
+            outputs = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in zip(fixed, dtypes))
+            kernel(*_arrays(tensors, scalar_inputs), *(o.view(-1).numpy() for o in outputs))
+            return outputs
+
+    else:
+        source = spec.sizes_from
+
+        def run(*tensors):
+            arrays = _arrays(tensors, scalar_inputs)
+            shape = tensors[source].shape
+            outputs = tuple(torch.empty(make(shape), dtype=dtype) for make, dtype in zip(shapes, dtypes))
+            kernel(*arrays, *(o.view(-1).numpy() for o in outputs), arrays[source].size, shape[-1])
+            return outputs
 
     run.source = spec.source
     return run
 
 
-def _symbolic_runner(kernel, spec, scalar_inputs):
-    """The runner of a kernel with symbolic sizes: the iteration shape is read from the input that
-    has it (``spec.sizes_from``), and each output's shape is that shape, its rows (``S[:-1]``,
-    or ``S[:-1] + (1,)``) or fixed."""
-    shape_of = []
+def _output_shapes(spec) -> list:
+    """With symbolic sizes: each output's shape as a function of the iteration shape read on the
+    call (the shape of input ``spec.sizes_from``): that shape, its rows (``S[:-1]``, or
+    ``S[:-1] + (1,)``), or fixed."""
     iteration = dims(spec.inputs[spec.sizes_from].shape)
+    makers = []
     for p in spec.outputs:
         shape = dims(p.shape)
         if shape == iteration:
-            shape_of.append(lambda s: s)
+            makers.append(lambda s: s)
         elif shape == iteration[:-1]:
-            shape_of.append(lambda s: s[:-1])
+            makers.append(lambda s: s[:-1])
         elif shape == iteration[:-1] + (1,):
-            shape_of.append(lambda s: (*s[:-1], 1))
+            makers.append(lambda s: (*s[:-1], 1))
         elif all(isinstance(d, int) for d in shape):
-            shape_of.append(lambda s, fixed=shape: fixed)
+            makers.append(lambda s, fixed=shape: fixed)
         else:
             raise RegionNotSupported(
                 f"numba: output {p.name} of shape {tuple(p.shape)} is no row shape of the region"
             )
-    dtypes = [p.dtype for p in spec.outputs]
-    source = spec.sizes_from
-
-    def run(*tensors):
-        arrays = []
-        for t, scalar in zip(tensors, scalar_inputs):
-            t = t.detach()
-            arrays.append((t.reshape(1) if scalar else t.contiguous().view(-1)).numpy())
-        shape = tensors[source].shape
-        outputs = tuple(torch.empty(make(shape), dtype=dtype) for make, dtype in zip(shape_of, dtypes))
-        kernel(*arrays, *(o.view(-1).numpy() for o in outputs), arrays[source].size, shape[-1])
-        return outputs
-
-    run.source = spec.source
-    return run
+    return makers

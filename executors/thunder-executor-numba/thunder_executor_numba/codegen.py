@@ -7,6 +7,11 @@ The region is iterated over one shape S = (..., C). Every value is one of:
 * COL    -- one value per column (shape (C,) broadcast along rows), read as ``x[c]``;
 * SCALAR -- one value, read as ``x[0]``.
 
+With symbolic sizes (a program compiled for changing shapes) the kernel takes the element
+count ``n`` and the row length ``cols`` as arguments, read on each call from an input of the
+iteration shape; sizes are compared by their expressions (``dims``), never as SymInts, which
+would add guards to the program.
+
 Regions without reductions become one flat parallel loop. Regions with reductions over the
 last dim (RMSNorm, softmax, layer norm and their backwards) become a parallel loop over rows
 with one inner pass per reduction level: FULL values are recomputed in each pass that needs
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from thunder_core.extend import RegionNotSupported, TensorProxy, flatten_to_prims
+from thunder_core.extend import RegionNotSupported, TensorProxy, flatten_to_prims, size_hint
 
 FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bool: "b8"}
@@ -97,7 +102,6 @@ class Kernel:
     inputs: list  # region input proxies, in argument order
     outputs: list  # region output proxies, in argument order
     parallel: bool
-    numel: int  # with symbolic sizes, at the sizes the trace was captured with
     # With symbolic sizes: the input whose shape is the iteration shape, read on every call to
     # pass the kernel its element and column counts (``n``, ``cols``); None for fixed sizes.
     sizes_from: int | None = None
@@ -131,6 +135,7 @@ def dims(shape) -> tuple:
 
 
 def is_symbolic(shape) -> bool:
+    """Whether a shape has a size that is a symbol's expression (not a number)."""
     return any(not isinstance(d, int) for d in dims(shape))
 
 
@@ -139,17 +144,10 @@ def one_element(x) -> bool:
     return all(d == 1 for d in dims(x.shape))
 
 
-def _size_hint(size) -> int:
-    if isinstance(size, torch.SymInt):
-        node = size.node
-        return node.hint if node.hint is not None else node.shape_env.size_hint(node.expr)
-    return size
-
-
 def numel_hint(x) -> int:
     """``x.numel()``, with each symbolic size at the value it had when the trace was captured
     (for heuristics only: which tensor is the largest, whether to run in parallel)."""
-    return math.prod(_size_hint(s) for s in x.shape)
+    return math.prod(size_hint(s) for s in x.shape)
 
 
 def _iteration_shape(prims, inputs) -> tuple:
@@ -263,6 +261,8 @@ def analyze(bsyms, inputs) -> _Analysis:
                     raise Unsupported(f"shape {tuple(out.shape)} could be per row or per column of {S}")
             operands = [classify_input(x, expected) for x in tensors]
             kind = join(v.kind for v in operands)
+            if kind == FULL and dims(out.shape) != S:  # e.g. a per-row and a per-column value of a square S
+                raise Unsupported(f"prims.{name} of shape {tuple(out.shape)} combines values of shape {S}")
             values[out.name] = _Value(kind, max((v.level for v in operands), default=0))
     return analysis
 
@@ -287,10 +287,9 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
         if sizes_from is None:
             raise Unsupported(f"symbolic sizes: no input of the iteration shape {S} to read them from")
         C, N, R = "cols", "n", "(n // cols)"
-        numel = math.prod(_size_hint(s) for s in inputs[sizes_from].shape)
     else:
         C = S[-1] if S else 1
-        N = numel = math.prod(S)
+        N = math.prod(S)
         R = N // C if C else 0
     produced = {p.name: b for b in prims for p in b.flat_outputs()}
     input_index = {p.name: k for k, p in enumerate(inputs)}
@@ -303,6 +302,8 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
     index = {FULL: "i", ROW: "r", COL: "c", SCALAR: "0"}
 
     def operand(x, dtype, emitted, lines, indent) -> str:
+        if isinstance(x, (torch.SymFloat, torch.SymBool)):
+            raise Unsupported(f"the symbolic number {x} in a kernel")
         if isinstance(x, torch.SymInt):  # a size as a number (a mean divides by the row length)
             (size,) = dims((x,))
             if isinstance(size, int):
@@ -343,7 +344,7 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
                 operand_dtype = next((t.dtype for t in (a, bb) if isinstance(t, TensorProxy)), out_dtype)
             a_text = operand(a, operand_dtype, emitted, lines, indent)
             b_text = operand(bb, operand_dtype, emitted, lines, indent)
-            if op == "pow" and not isinstance(bb, TensorProxy) and bb == 2:
+            if op == "pow" and isinstance(bb, (int, float)) and bb == 2:
                 text = f"({a_text} * {a_text})"
             else:
                 text = BINARY[op].format(a=a_text, b=b_text)
@@ -371,13 +372,18 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
             v = operand(p, p.dtype, emitted, lines, "        ")
             target = "i" if dims(p.shape) == S else ("r" if values[p.name].kind == ROW else "0")
             lines.append(f"        out{k}[{target}] = {v}")
-        return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, numel, sizes_from)
+        return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, sizes_from)
 
     # Row mode: one pass per reduction level.
-    full_outputs = [
-        (k, p) for k, p in enumerate(outputs) if dims(p.shape) == S and values[p.name].kind != ROW
-    ]
+    # An output of the iteration shape is written element by element (a per-row value broadcast
+    # to the full shape too); a per-row one once per row, a one-element one once.
+    full_outputs = [(k, p) for k, p in enumerate(outputs) if dims(p.shape) == S]
     row_outputs = [(k, p) for k, p in enumerate(outputs) if (k, p) not in full_outputs]
+    for _, p in row_outputs:
+        if not (_is_row_shape(p.shape, S) or one_element(p)):
+            raise Unsupported(
+                f"output {p.name} of shape {tuple(p.shape)} is neither per row nor per element of {S}"
+            )
     reductions = [(produced[n], n) for n, v in values.items() if v.reduction]
     levels = [values[b.args[0].name].level for b, _ in reductions]
     last_pass = max([values[p.name].level for _, p in full_outputs] + levels + [0])
@@ -396,7 +402,11 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
         for k, p in row_outputs:
             if k not in stored and values[p.name].level <= level_limit:
                 v = operand(p, p.dtype, row_emitted, lines, "        ")
-                lines.append(f"        out{k}[r] = {v}")
+                if _is_row_shape(p.shape, S):
+                    lines.append(f"        out{k}[r] = {v}")
+                else:  # one element: the same value in every row
+                    lines.append("        if r == 0:")
+                    lines.append(f"            out{k}[0] = {v}")
                 stored.add(k)
 
     for level in range(last_pass + 1):
@@ -426,7 +436,7 @@ def generate(bsyms, inputs, outputs, *, parallel: bool, name: str) -> Kernel:
             lines.append(f"        v_{n} = {acc}")
             row_emitted.add(n)
     emit_rows(last_pass + 1)
-    return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, numel, sizes_from)
+    return Kernel("\n".join(lines) + "\n", name, list(inputs), list(outputs), parallel, sizes_from)
 
 
 PRELUDE = """import math
