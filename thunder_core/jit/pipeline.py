@@ -35,6 +35,7 @@ from thunder_core.jit.cpu_memory import keep_freed_memory
 from thunder_core.transforms.autocast import ambient_autocast, autocast_disabled
 from thunder_core.transforms.dce import dce
 from thunder_core.transforms.delete_last_used import delete_last_used
+from thunder_core.transforms.grouped_attention import use_grouped_attention
 from thunder_core.transforms.rematerialize import rematerialize
 
 
@@ -109,7 +110,8 @@ def _lower(trace: Trace, job) -> list[Trace]:
     options = job.executor_options if job is not None else None
     strict = bool(job is not None and job.config is not None and job.config.strict)
     select = job.config.select if job is not None and job.config is not None else "priority"
-    traces = [dce(trace)]
+    grouped = use_grouped_attention(trace)
+    traces = [dce(grouped)] if grouped is trace else [grouped, dce(grouped)]
     progress.stage("assigning executors and compiling regions")
     with strictness(strict, options):
         claimed = assign_executors(traces[-1], executors, options, select)
