@@ -56,10 +56,47 @@ def test_training_keeps_the_copies_and_gives_eagers_gradients():
     assert "enable_gqa" not in _program(jfn)
 
 
+def _tile_kv(x, groups):  # the heads tiled (h0, h1, ..., h0, h1, ...): not grouped-query attention's layout
+    b, h, length, d = x.shape
+    return x[:, None].expand(b, groups, h, length, d).reshape(b, groups * h, length, d)
+
+
 def _other_groupings(q, k, v, mask):
-    # Keys repeated in groups of 2 and values tiled (not repeated in place): not grouped-query
-    # attention's layout, so the call must stay as written.
-    return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), v.repeat(1, 2, 1, 1), attn_mask=mask)
+    return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), _tile_kv(v, 2), attn_mask=mask)
+
+
+def _unsqueezed(q, k, v, mask):  # the same layout through unsqueeze
+    def repeat(x):
+        return x.unsqueeze(2).expand(2, 4, 2, x.shape[2], 16).reshape(2, 8, x.shape[2], 16)
+
+    return F.scaled_dot_product_attention(q, repeat(k), repeat(v), attn_mask=mask)
+
+
+def test_the_unsqueeze_form_is_grouped_too():
+    jfn = thunder_core.jit(_unsqueezed, executors=["torch"])
+    args = _inputs()
+    torch.testing.assert_close(jfn(*args), _unsqueezed(*args))
+    assert "enable_gqa=True" in _program(jfn)
+
+
+def _copy_written(q, k, v, mask):
+    keys = _repeat_kv(k, 2)
+    keys[:, 0] = 0.0  # eager's attention reads the copy with this write
+    return F.scaled_dot_product_attention(q, keys, _repeat_kv(v, 2), attn_mask=mask)
+
+
+def _base_written_after_the_copy(q, k, v, mask):
+    keys = _repeat_kv(k, 2)
+    k.mul_(2.0)  # the copy holds the values from before
+    return F.scaled_dot_product_attention(q, keys, _repeat_kv(v, 2), attn_mask=mask)
+
+
+@pytest.mark.parametrize("fn", [_copy_written, _base_written_after_the_copy], ids=["copy", "base"])
+def test_a_write_between_the_copy_and_the_attention_keeps_the_copy(fn):
+    jfn = thunder_core.jit(fn, executors=["torch"])
+    args, expected_args = _inputs(), _inputs()
+    torch.testing.assert_close(jfn(*args), fn(*expected_args))
+    assert "enable_gqa" not in _program(jfn)
 
 
 def _copies_used_elsewhere(q, k, v, mask):

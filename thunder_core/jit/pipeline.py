@@ -1,10 +1,10 @@
 """The compilation pipeline: capture, then each transform, then code generation.
 
-Inference (no gradient needed): capture -> dce -> [after_capture passes] -> assign_executors
--> [after_executors passes] -> delete_last_used. Training: capture -> dce -> [after_capture]
--> split into forward and backward -> [after_autodiff] -> rematerialize -> [after_split]
--> for each of the two: dce -> assign_executors -> [after_executors] -> delete_last_used; the pair runs inside
-one ``torch.autograd.Function``.
+Inference (no gradient needed): capture -> dce -> [after_capture passes] -> grouped attention
+-> dce -> assign_executors -> attention masks -> [after_executors passes] -> delete_last_used.
+Training: capture -> dce -> [after_capture] -> split into forward and backward -> [after_autodiff]
+-> rematerialize -> [after_split] -> for each of the two: the same lowering (grouped attention
+changes only calls without autograd); the pair runs inside one ``torch.autograd.Function``.
 
 A module's repeated blocks (``thunder_core.jit.blocks``): when capture recorded block calls and
 no plugin pass or ambient autocast needs the whole program, each distinct block goes through

@@ -8,8 +8,13 @@ and the reshape of the expanded tensor copies the whole cache on every call. PyT
 head ``i`` attends with key/value head ``i // g``, exactly the head the copy puts there). So on
 the CPU, without autograd, an attention call whose key and value are such copies of two tensors
 with the same grouping takes those tensors and ``enable_gqa=True``; the copies, unused then,
-are removed as dead code. Any other attention call, and any other use of the copies, is left
-as it is.
+are removed as dead code. Not where a tensor involved (the copies, the tensors they copy, or a
+view of them) is written in place between the copy and the attention (eager's copy holds the
+values from before the write), and only with torch 2.9 or later and keys and values whose last
+dimension is contiguous: before 2.9, and for other strides, PyTorch's CPU flash attention does
+not take grouped heads and the call would fall back to its math kernel (slower, and refused
+where only flash attention is allowed). Any other attention call, and any other use of the
+copies, is left as it is.
 """
 
 from __future__ import annotations
@@ -17,14 +22,18 @@ from __future__ import annotations
 import time
 
 import torch
+from packaging.version import Version
 
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ops.registry import TORCH_SYMBOLS
+from thunder_core.transforms.updates import updated_in_place
 
 _PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 _FULL = slice(None)
+# PyTorch's CPU flash attention takes grouped key/value heads from 2.9 (pytorch/pytorch#157893).
+_CPU_KERNEL_TAKES_GROUPS = Version(torch.__version__.split("+")[0]) >= Version("2.9")
 
 
 def _sizes(shape) -> tuple:
@@ -55,9 +64,9 @@ def _inserted_group_dim(bsym: BoundSymbol, base: TensorProxy) -> bool:
     )
 
 
-def _repeated_heads(value, producers: dict[str, BoundSymbol]) -> tuple[TensorProxy, int] | None:
-    """``(base, g)`` when ``value`` is ``base``'s heads each repeated ``g`` times in a row (the
-    reshape of an expand of ``base[:, :, None]``); None otherwise."""
+def _repeated_heads(value, producers: dict[str, BoundSymbol]) -> tuple[TensorProxy, int, BoundSymbol] | None:
+    """``(base, g, insert)`` when ``value`` is ``base``'s heads each repeated ``g`` times in a row
+    (the reshape of an expand of ``base[:, :, None]``, made by ``insert``); None otherwise."""
     if not isinstance(value, TensorProxy) or value.ndim != 4:
         return None
     reshape = producers.get(value.name)
@@ -81,13 +90,16 @@ def _repeated_heads(value, producers: dict[str, BoundSymbol]) -> tuple[TensorPro
     g = expanded_shape[2]
     if not isinstance(g, int) or g < 2 or expanded_shape != (b, h, g, length, d):
         return None
-    if _sizes(value.shape) != (b, h * g, length, d):
+    if _sizes(value.shape) != (b, h * g, length, d) or _sizes(base.stride())[-1] != 1:
         return None
-    return base, g
+    return base, g, insert
 
 
-def _grouped_call(bsym: BoundSymbol, producers: dict[str, BoundSymbol]) -> BoundSymbol | None:
-    """The attention call on the shared heads with ``enable_gqa=True``, or None to keep ``bsym``."""
+def _grouped_call(
+    bsym: BoundSymbol, producers: dict[str, BoundSymbol], positions: dict[int, int], bsyms: list[BoundSymbol]
+) -> BoundSymbol | None:
+    """The attention call on the shared heads with ``enable_gqa=True``, or None to keep ``bsym``
+    (``positions``: each bound symbol's index in ``bsyms``, the trace's)."""
     given = dict(zip(_PARAMETERS, bsym.args))
     given.update(bsym.kwargs)
     if given.get("enable_gqa", False) or given.get("dropout_p", 0.0) != 0.0:
@@ -108,6 +120,10 @@ def _grouped_call(bsym: BoundSymbol, producers: dict[str, BoundSymbol]) -> Bound
         tensors.append(mask)
     if any(t.device.type != "cpu" or t.requires_grad for t in tensors):
         return None
+    first = min(positions[id(keys[2])], positions[id(values[2])])
+    written = updated_in_place(bsyms, first, positions[id(bsym)])  # with every view of what is written
+    if any(t.name in written for t in (key, value, keys[0], values[0])):
+        return None
     given.update(key=keys[0], value=values[0], enable_gqa=True)
     args = tuple(given.pop(name) for name in ("query", "key", "value"))
     return bsym.replace(args=args, kwargs=given, subsymbols=[])  # its decomposition was for the copies
@@ -118,12 +134,21 @@ def use_grouped_attention(trace: Trace) -> Trace:
     call on the heads themselves (see the module docstring); ``trace`` itself when there is none."""
     start = time.perf_counter()
     attention = TORCH_SYMBOLS.get("scaled_dot_product_attention")
-    if attention is None or not any(b.symbol is attention for b in trace.bound_symbols):
+    if (
+        not _CPU_KERNEL_TAKES_GROUPS
+        or attention is None
+        or not any(b.symbol is attention for b in trace.bound_symbols)
+    ):
         return trace
     producers = {p.name: b for b in trace.bound_symbols for p in b.flat_outputs()}
+    positions = {id(b): i for i, b in enumerate(trace.bound_symbols)}
     bsyms, changed = [], False
     for bsym in trace.bound_symbols:
-        grouped = _grouped_call(bsym, producers) if bsym.symbol is attention else None
+        grouped = (
+            _grouped_call(bsym, producers, positions, trace.bound_symbols)
+            if bsym.symbol is attention
+            else None
+        )
         changed |= grouped is not None
         bsyms.append(grouped if grouped is not None else bsym)
     if not changed:
