@@ -40,7 +40,9 @@ def test_attention_on_repeated_heads_reads_the_shared_heads_without_copies(dynam
     assert "enable_gqa=True" in program and "expand" not in program and "reshape" not in program, program
 
 
-def test_training_keeps_the_copies_and_gives_eagers_gradients():
+def test_training_gives_eagers_gradients():
+    # With gradients the attention is differentiated (autodiff's own attention rule) before the
+    # rewrite runs; this checks the whole path, not the rewrite's own autograd condition.
     jfn = thunder_core.jit(_attention, executors=["torch"])
     args = _inputs(requires_grad=True)
     ours = jfn(*args)
@@ -53,7 +55,6 @@ def test_training_keeps_the_copies_and_gives_eagers_gradients():
     torch.testing.assert_close(ours, expected)
     for got, t in zip(grads, args[:3]):
         torch.testing.assert_close(got, t.grad)
-    assert "enable_gqa" not in _program(jfn)
 
 
 def _tile_kv(x, groups):  # the heads tiled (h0, h1, ..., h0, h1, ...): not grouped-query attention's layout

@@ -49,7 +49,7 @@ from thunder_core.executors.base import (
     has_symbolic_sizes,
 )
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
-from thunder_core.ir.symbolic import SymbolicSizeError
+from thunder_core.ir.symbolic import SymbolicSizeError, comparable_sizes
 from thunder_core.ir.symbolic import hint as size_hint
 from thunder_core.ir.symbols import (
     EFFECT,
@@ -118,6 +118,7 @@ __all__ = [
     "autocast_transform",
     "autograd_fallback",
     "availability",
+    "comparable_sizes",
     "cuda_device",
     "flatten_to_prims",
     "free_inputs",

@@ -53,6 +53,20 @@ def expression(value):
     return value.node.expr
 
 
+def comparable_sizes(sizes) -> tuple:
+    """Sizes (or strides) to compare without adding a guard: ints as they are, a symbolic size as
+    its sympy expression (an int when it is constant). Two such sizes are equal when they are
+    equal for every value of the symbols; comparing the SymInts themselves would ask the
+    ``ShapeEnv``, which records the answer as a guard of the trace (and may fix the size)."""
+    out = []
+    for size in sizes:
+        if isinstance(size, torch.SymInt):
+            expr = size.node.expr
+            size = int(expr) if expr.is_Integer else expr
+        out.append(size)
+    return tuple(out)
+
+
 def name_symbols(shape_env, symbols) -> None:
     """Name ``symbols`` (sympy symbols of ``shape_env``) ``s0, s1, ...`` in this order, after
     those named before: the names every trace of that environment prints."""

@@ -25,28 +25,27 @@ import torch
 from packaging.version import Version
 
 from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.symbolic import comparable_sizes
 from thunder_core.ir.symbols import BoundSymbol
 from thunder_core.ir.trace import Provenance, Trace
 from thunder_core.ops.registry import TORCH_SYMBOLS
 from thunder_core.transforms.updates import updated_in_place
 
 _PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-_FULL = slice(None)
 # PyTorch's CPU flash attention takes grouped key/value heads from 2.9 (pytorch/pytorch#157893).
 _CPU_KERNEL_TAKES_GROUPS = Version(torch.__version__.split("+")[0]) >= Version("2.9")
 
 
-def _sizes(shape) -> tuple:
-    """Sizes compared by their expressions (a symbolic size's sympy expression): no guard."""
-    return tuple(s.node.expr if isinstance(s, torch.SymInt) else s for s in shape)
+def _is_full(index) -> bool:
+    return isinstance(index, slice) and index.start is None and index.stop is None and index.step is None
 
 
 def _inserted_group_dim(bsym: BoundSymbol, base: TensorProxy) -> bool:
     """Whether ``bsym`` makes ``base`` (b, h, L, d) into (b, h, 1, L, d): ``base[:, :, None]``
     (with full slices after it, or none) or ``base.unsqueeze(2)``."""
     out = bsym.flat_outputs()[0]
-    shape = _sizes(base.shape)
-    if _sizes(out.shape) != (*shape[:2], 1, *shape[2:]):
+    shape = comparable_sizes(base.shape)
+    if comparable_sizes(out.shape) != (*shape[:2], 1, *shape[2:]):
         return False
     name = bsym.symbol.name
     if name == "unsqueeze":
@@ -56,10 +55,10 @@ def _inserted_group_dim(bsym: BoundSymbol, base: TensorProxy) -> bool:
     index = bsym.args[1]
     return (
         len(index) >= 3
-        and index[0] == _FULL
-        and index[1] == _FULL
+        and _is_full(index[0])
+        and _is_full(index[1])
         and index[2] is None
-        and all(i == _FULL for i in index[3:])
+        and all(_is_full(i) for i in index[3:])
         and len(index) <= 5
     )
 
@@ -83,14 +82,14 @@ def _repeated_heads(value, producers: dict[str, BoundSymbol]) -> tuple[TensorPro
     base = insert.args[0]
     if not isinstance(base, TensorProxy) or base.ndim != 4 or not _inserted_group_dim(insert, base):
         return None
-    b, h, length, d = _sizes(base.shape)
-    expanded_shape = _sizes(expanded.shape)
+    b, h, length, d = comparable_sizes(base.shape)
+    expanded_shape = comparable_sizes(expanded.shape)
     if len(expanded_shape) != 5:
         return None
     g = expanded_shape[2]
     if not isinstance(g, int) or g < 2 or expanded_shape != (b, h, g, length, d):
         return None
-    if _sizes(value.shape) != (b, h * g, length, d) or _sizes(base.stride())[-1] != 1:
+    if comparable_sizes(value.shape) != (b, h * g, length, d) or comparable_sizes(base.stride())[-1] != 1:
         return None
     return base, g, insert
 
@@ -112,7 +111,7 @@ def _grouped_call(
         return None
     # The query's batch and heads exactly the copies' (no broadcasting, which grouped-query
     # attention does not do): head i of the query then attends with shared head i // g.
-    if _sizes(query.shape)[:2] != _sizes(key.shape)[:2]:
+    if comparable_sizes(query.shape)[:2] != comparable_sizes(key.shape)[:2]:
         return None
     tensors = [query, key, value, keys[0], values[0]]
     mask = given.get("attn_mask")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from thunder_core.extend import RegionNotSupported, TensorProxy, flatten_to_prims, size_hint
+from thunder_core.extend import comparable_sizes as dims
 
 FULL, ROW, COL, SCALAR = "full", "row", "col", "scalar"
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bool: "b8"}
@@ -119,19 +120,6 @@ class _Analysis:
     shape: tuple
     values: dict = field(default_factory=dict)  # name -> _Value
     prims: list = field(default_factory=list)
-
-
-def dims(shape) -> tuple:
-    """Sizes to compare: a symbolic size (``torch.SymInt``) as its sympy expression, so that two
-    sizes are equal when their expressions are, for every value of the symbols; comparing the
-    SymInts themselves would add a guard to the trace (and fix the size)."""
-    out = []
-    for s in shape:
-        if isinstance(s, torch.SymInt):
-            expr = s.node.expr
-            s = int(expr) if expr.is_Integer else expr
-        out.append(s)
-    return tuple(out)
 
 
 def is_symbolic(shape) -> bool:
