@@ -19,10 +19,10 @@ copies, is left as it is.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
-from packaging.version import Version
 
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbolic import comparable_sizes
@@ -32,8 +32,12 @@ from thunder_core.ops.registry import TORCH_SYMBOLS
 from thunder_core.transforms.updates import updated_in_place
 
 _PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-# PyTorch's CPU flash attention takes grouped key/value heads from 2.9 (pytorch/pytorch#157893).
-_CPU_KERNEL_TAKES_GROUPS = Version(torch.__version__.split("+")[0]) >= Version("2.9")
+
+
+@functools.cache
+def _cpu_kernel_takes_groups() -> bool:
+    """PyTorch's CPU flash attention takes grouped key/value heads from 2.9 (pytorch/pytorch#157893)."""
+    return torch.__version__ >= (2, 9)  # a TorchVersion: compared as a version, not as text
 
 
 def _is_full(index) -> bool:
@@ -134,7 +138,7 @@ def use_grouped_attention(trace: Trace) -> Trace:
     start = time.perf_counter()
     attention = TORCH_SYMBOLS.get("scaled_dot_product_attention")
     if (
-        not _CPU_KERNEL_TAKES_GROUPS
+        not _cpu_kernel_takes_groups()
         or attention is None
         or not any(b.symbol is attention for b in trace.bound_symbols)
     ):
