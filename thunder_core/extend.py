@@ -48,6 +48,7 @@ from thunder_core.executors.base import (
     flatten_to_prims,
     has_symbolic_sizes,
 )
+from thunder_core.executors.in_place import overwrites as overwrites_in_place
 from thunder_core.ir.proxies import NumberProxy, ObjectProxy, TensorProxy
 from thunder_core.ir.symbolic import SymbolicSizeError, comparable_sizes
 from thunder_core.ir.symbolic import hint as size_hint
@@ -131,6 +132,7 @@ __all__ = [
     "new_object_proxy",
     "new_tensor_proxy",
     "on_compile_worker",
+    "overwrites_in_place",
     "prim_symbols",
     "recompute_in_backward",
     "region_fingerprint",

@@ -9,12 +9,14 @@ import torch
 from thunder_core import progress
 from thunder_core.executors.background import COMPILE_LOCK, BackgroundCompile, in_background
 from thunder_core.executors.failures import FirstCall, report_failure, strict
+from thunder_core.executors.in_place import SeparateInputs, restartable, written_positions
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.executors.second_call import SecondCallCompile, at_second_call
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbolic import SymbolicSizeError, hint, mentioned_symbols, size_symbols
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
+    EFFECT,
     OPAQUE,
     PYTHON,
     BoundSymbol,
@@ -103,7 +105,8 @@ def _region(
     sizes the region uses that its own inputs do not give."""
     alive = lambda name: name in read_after or last_uses.get(name, -1) >= position  # noqa: E731
     inputs = _with_size_carriers(free_inputs(bsyms), bsyms, carriers or {}, alive)
-    outputs, out_seen = [], set()
+    # An input the region updates in place keeps its name and is the same tensor after it: not an output.
+    outputs, out_seen = [], {p.name for p in inputs}
     for b in bsyms:
         for p in b.flat_outputs():
             used_later = p.name in read_after or last_uses.get(p.name, -1) >= position
@@ -191,13 +194,14 @@ def compile_now(executor, region: Region) -> Callable:
     return compiled
 
 
-def _compile(executor, region: Region, impure: bool, bound_symbols: list[BoundSymbol]) -> Callable:
+def _compile(executor, region: Region, lasting: bool, bound_symbols: list[BoundSymbol]) -> Callable:
     """The region compiled now, on the worker thread while its torch operations run
     (``thunder_core.executors.background``), or before the program's second call
-    (``thunder_core.executors.second_call``)."""
+    (``thunder_core.executors.second_call``). A region with ``lasting`` effects (that running
+    its torch operations first would not repeat exactly) compiles now."""
     calls = at_second_call()  # never set together with in_background()
     background = executor.compiles_in_background and in_background()
-    if impure or strict() or (calls is None and not background):
+    if lasting or strict() or (calls is None and not background):
         return compile_now(executor, region)
     try:
         fallback = torch_fallback(region)
@@ -329,8 +333,11 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                     after = []
             name = f"{executor.name}_fusion_{regions + 1}"
             impure = any(is_impure(b) for b in run)
+            # Effects that running the operations again would not repeat exactly (in_place.restartable)
+            # keep the region from falling back after a failed first run or compiling beside the program.
+            lasting = impure and not restartable(run)
             try:
-                compiled = _compile(executor, region, impure, list(run))
+                compiled = _compile(executor, region, lasting, list(run))
             except RegionNotSupported as reason:
                 run[:] = whole
                 give_back(f"{executor.name} could not compile the region: {reason}")
@@ -344,15 +351,24 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 run.clear()
                 return
             regions += 1
+            written = written_positions(region.inputs, run) if impure else ()
+            if written:
+                others = [
+                    i for i, p in enumerate(region.inputs) if isinstance(p, TensorProxy) and i not in written
+                ]
+                compiled = SeparateInputs(
+                    compiled, lambda region=region: torch_fallback(region), written, others
+                )
             fn = FirstCall(
                 compiled,
                 lambda region=region: torch_fallback(region),
                 executor.name,
                 operations(run),
-                impure=impure,
+                impure=lasting,
                 bound_symbols=list(run),
             )
-            symbol = Symbol(name=name, impl=fn, printed_name=name)
+            tags = frozenset({EFFECT}) if impure else frozenset()
+            symbol = Symbol(name=name, impl=fn, printed_name=name, tags=tags)
             out = tuple(region.outputs)
             result.append(
                 BoundSymbol(symbol, tuple(region.inputs), {}, out, list(run), None, executor.name, fn, name)

@@ -31,6 +31,7 @@ from thunder_core.extend import (
     VIEW_OPS,
     TensorProxy,
     leaves,
+    overwrites_in_place,
     prim_symbols,
     torch_symbols,
 )
@@ -127,6 +128,8 @@ class InductorExecutor(FusionExecutor):
         return "inductor(fusion)", self.with_options({"regions": "fusion", **self.inductor_options})
 
     def check(self, bsym):
+        if overwrites_in_place(bsym):  # a cache write: functionalized by AOTAutograd, reinplaced by Inductor
+            return self._check_overwrite(bsym)
         verdict = super().check(bsym)
         if verdict is not True:
             return verdict
@@ -137,6 +140,12 @@ class InductorExecutor(FusionExecutor):
                 return Rejection("inductor: complex tensor")
         if not any(isinstance(x, TensorProxy) for x in leaves(bsym.output)):
             return Rejection("inductor: the op returns no tensor")
+        return True
+
+    def _check_overwrite(self, bsym):
+        for x in leaves((bsym.args, bsym.kwargs)):
+            if isinstance(x, TensorProxy) and (x.requires_grad or x.dtype.is_complex):
+                return Rejection("inductor: an in-place update of a tensor that requires grad, or complex")
         return True
 
     def materializes(self, bsym) -> bool:

@@ -1,0 +1,187 @@
+"""Regions that overwrite their inputs in place (a cache write) against eager PyTorch.
+
+Each test checks the results and the written tensors against eager on a copy of the inputs,
+and that the write ran inside Inductor's compiled region (or, where the region must not run
+compiled, that its torch operations ran instead).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import thunder_core
+from thunder_core.executors.in_place import SeparateInputs
+
+MAXIMAL = {"inductor": {"regions": "maximal"}}
+
+
+def _regions(jfn):
+    return [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"]
+
+
+def _region_writing(jfn, method: str):
+    """The Inductor region whose operations include ``method`` (an in-place update)."""
+    found = [r for r in _regions(jfn) if any(s.symbol.name.endswith(method) for s in r.subsymbols)]
+    assert len(found) == 1, [[s.symbol.name for s in r.subsymbols] for r in _regions(jfn)]
+    return found[0]
+
+
+def _separate_inputs(region) -> SeparateInputs:
+    guarded = region.impl.fn  # FirstCall -> the region checked for overlapping inputs
+    assert isinstance(guarded, SeparateInputs), guarded
+    return guarded
+
+
+def cache_step(keys, x, w, position):
+    new = torch.sin(x @ w) * 2  # (1, 1, d): one new row
+    keys.index_copy_(1, position, new)
+    return (keys * 3).softmax(-1).sum(1)
+
+
+def _cache_inputs(length=6, d=8):
+    return torch.zeros(1, length, d), torch.randn(1, 1, d), torch.randn(d, d)
+
+
+@pytest.mark.parametrize("options", [None, MAXIMAL], ids=["fusion", "maximal"])
+def test_a_cache_write_runs_inside_the_compiled_region_and_the_cache_holds_eagers_values(options):
+    keys, x, w = _cache_inputs()
+    eager_keys = keys.clone()
+    jfn = thunder_core.jit(cache_step, executors=["inductor"], options=options)
+    with torch.no_grad():
+        for step in range(4):
+            position = torch.tensor([step])
+            x = torch.randn(1, 1, 8)
+            torch.testing.assert_close(jfn(keys, x, w, position), cache_step(eager_keys, x, w, position))
+            torch.testing.assert_close(keys, eager_keys)
+    region = _region_writing(jfn, "index_copy_")
+    guarded = _separate_inputs(region)
+    assert guarded._fallback is None  # every call ran the compiled region
+    assert region.impl.failure is None
+    assert "keys" not in [p.name for p in region.output]  # the cache is the caller's tensor, written
+
+
+def _write_all(keys, window, x, position):
+    keys.copy_(torch.cos(x) + 1)  # compiled as a copy into the input after the graph's reads
+    return window.exp() * 2  # in eager, reads what was just written when it views the cache
+
+
+def _write_row(keys, window, x, position):
+    keys.index_copy_(1, position, torch.cos(x[:, :1]) + 1)
+    return window.exp() * 2
+
+
+@pytest.mark.parametrize("step", [_write_all, _write_row], ids=["copy_", "index_copy_"])
+def test_a_write_to_an_input_that_shares_memory_with_another_input_runs_the_torch_operations(step):
+    jfn = thunder_core.jit(step, executors=["inductor"], options=MAXIMAL)
+    keys, x, position = torch.zeros(1, 4, 8), torch.randn(1, 4, 8), torch.tensor([1])
+    with torch.no_grad():
+        separate, eager_keys = torch.zeros(1, 2, 8), keys.clone()
+        torch.testing.assert_close(jfn(keys, separate, x, position), step(eager_keys, separate, x, position))
+        assert _separate_inputs(_region_writing(jfn, "copy_"))._fallback is None
+        eager_keys = keys.clone()
+        got = jfn(keys, keys[:, :2], x, position)  # a view of the cache beside the cache
+        expected = step(eager_keys, eager_keys[:, :2], x, position)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(keys, eager_keys)
+    guarded = _separate_inputs(_region_writing(jfn, "copy_"))  # the entry for the view's strides
+    assert guarded._fallback is not None  # that call ran the region's torch operations
+
+
+@pytest.mark.parametrize("background", ["never", "always"])
+def test_a_region_that_reads_what_it_writes_before_the_write_gives_eagers_results(background):
+    def step(buffer, x, position):
+        before = buffer.sum(1)  # read before the write: running the region twice would differ
+        buffer.index_copy_(1, position, x.tanh())
+        return before + buffer.mean(1)
+
+    jfn = thunder_core.jit(step, executors=["inductor"], options=MAXIMAL, compile_in_background=background)
+    buffer = torch.randn(1, 5, 4)
+    eager_buffer = buffer.clone()
+    with torch.no_grad():
+        for step_index in range(3):
+            x, position = torch.randn(1, 1, 4), torch.tensor([step_index])
+            torch.testing.assert_close(jfn(buffer, x, position), step(eager_buffer, x, position))
+            torch.testing.assert_close(buffer, eager_buffer)
+            thunder_core.wait_for_compiles()
+    assert _region_writing(jfn, "index_copy_").impl.failure is None
+
+
+def test_item_assignment_copy_fill_and_masked_fill_inside_regions_equal_eager():
+    def update(a, b, c, d, x):
+        y = torch.sigmoid(x) * 3
+        a[:, 1] = y[:, 0]  # item assignment through a view
+        b.copy_(y.t() - 1)
+        c.masked_fill_(y > 1.5, -2.0)
+        d.fill_(0.25)
+        return a.sum() + b.exp().sum() + (c * d).sum()
+
+    x = torch.randn(4, 4)
+    tensors = [torch.randn(4, 4) for _ in range(4)]
+    eager = [t.clone() for t in tensors]
+    jfn = thunder_core.jit(update, executors=["inductor"], options=MAXIMAL)
+    with torch.no_grad():
+        torch.testing.assert_close(jfn(*tensors, x), update(*eager, x))
+        x = torch.randn(4, 4)
+        torch.testing.assert_close(jfn(*tensors, x), update(*eager, x))
+    for t, e in zip(tensors, eager):
+        torch.testing.assert_close(t, e)
+    (region,) = _regions(jfn)
+    names = {s.symbol.name.rsplit(".", 1)[-1] for s in region.subsymbols}
+    assert {"__setitem__", "copy_", "masked_fill_", "fill_"} <= names, names
+    assert _separate_inputs(region)._fallback is None
+
+
+def test_a_cache_write_with_symbolic_sizes_compiles_once_for_every_cache_length():
+    jfn = thunder_core.jit(cache_step, executors=["inductor"], options=MAXIMAL, dynamic=True)
+    with torch.no_grad():
+        for length in (6, 9, 13):
+            keys, x, w = _cache_inputs(length)
+            eager_keys = keys.clone()
+            position = torch.tensor([length - 2])
+            torch.testing.assert_close(jfn(keys, x, w, position), cache_step(eager_keys, x, w, position))
+            torch.testing.assert_close(keys, eager_keys)
+    assert thunder_core.cache_info(jfn).misses == 1
+    assert _separate_inputs(_region_writing(jfn, "index_copy_"))._fallback is None
+
+
+def test_a_cache_write_compiles_in_the_background_and_the_compiled_region_takes_over():
+    jfn = thunder_core.jit(
+        cache_step, executors=["inductor"], options=MAXIMAL, compile_in_background="always"
+    )
+    keys, x, w = _cache_inputs()
+    eager_keys = keys.clone()
+    with torch.no_grad():
+        for step in range(5):
+            position = torch.tensor([step])
+            torch.testing.assert_close(jfn(keys, x, w, position), cache_step(eager_keys, x, w, position))
+            torch.testing.assert_close(keys, eager_keys)
+            thunder_core.wait_for_compiles()
+    region = _region_writing(jfn, "index_copy_")
+    background = _separate_inputs(region).compiled
+    assert background.state == "compiled", background.state  # written by the compiled region at the end
+
+
+def test_a_write_to_a_tensor_that_requires_grad_stays_with_torch():
+    def step(buffer, x):
+        buffer.copy_(x.sin())
+        return buffer * 2
+
+    jfn = thunder_core.jit(step, executors=["inductor"], options=MAXIMAL)
+    x = torch.randn(3, requires_grad=True)
+    buffer, eager_buffer = torch.zeros(3), torch.zeros(3)
+    out = jfn(buffer, x)
+    expected = step(eager_buffer, x)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    expected.sum().backward()
+    torch.testing.assert_close(grad, x.grad)
+    torch.testing.assert_close(buffer, eager_buffer)
+    traces = thunder_core.last_traces(jfn)
+    for trace in traces if isinstance(traces, list) else [traces]:
+        for b in getattr(trace, "bound_symbols", ()):
+            assert not (
+                b.executor == "inductor" and any(s.symbol.name.endswith("copy_") for s in b.subsymbols)
+            )
