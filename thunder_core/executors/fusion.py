@@ -9,7 +9,7 @@ import torch
 from thunder_core import progress
 from thunder_core.executors.background import COMPILE_LOCK, BackgroundCompile, in_background
 from thunder_core.executors.failures import FirstCall, report_failure, strict
-from thunder_core.executors.in_place import SeparateInputs, restartable, written_positions
+from thunder_core.executors.in_place import restartable, separate_written_inputs
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.executors.second_call import SecondCallCompile, at_second_call
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
@@ -182,14 +182,20 @@ def torch_fallback(region) -> Callable:
     return delete_last_used(trace).python_callable()
 
 
+def _compile_region(executor, region: Region) -> Callable:
+    """``executor.compile_region(region)``; a region that writes some of its inputs in place runs
+    compiled only while they share no memory with its other inputs (``in_place.SeparateInputs``)."""
+    return separate_written_inputs(executor.compile_region(region), region, lambda: torch_fallback(region))
+
+
 def compile_now(executor, region: Region) -> Callable:
-    """``executor.compile_region(region)``, one at a time with the compiles running in the background."""
+    """The region compiled (``_compile_region``), one at a time with the compiles running in the background."""
     progress.stage(f"compiling {executor.name} regions")
     if not executor.compiles_in_background:
-        compiled = executor.compile_region(region)
+        compiled = _compile_region(executor, region)
     else:
         with COMPILE_LOCK:
-            compiled = executor.compile_region(region)
+            compiled = _compile_region(executor, region)
     progress.count(f"{executor.name} regions")
     return compiled
 
@@ -217,7 +223,9 @@ def _compile(executor, region: Region, lasting: bool, bound_symbols: list[BoundS
         return SecondCallCompile(
             build, fallback, executor.name, region.inputs, bound_symbols, operations(bound_symbols), calls
         )
-    return BackgroundCompile(lambda: executor.compile_region(region), fallback, executor.name, region.inputs)
+    return BackgroundCompile(
+        lambda: _compile_region(executor, region), fallback, executor.name, region.inputs
+    )
 
 
 def _pure(bsym: BoundSymbol) -> bool:
@@ -351,14 +359,6 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                 run.clear()
                 return
             regions += 1
-            written = written_positions(region.inputs, run) if impure else ()
-            if written:
-                others = [
-                    i for i, p in enumerate(region.inputs) if isinstance(p, TensorProxy) and i not in written
-                ]
-                compiled = SeparateInputs(
-                    compiled, lambda region=region: torch_fallback(region), written, others
-                )
             fn = FirstCall(
                 compiled,
                 lambda region=region: torch_fallback(region),

@@ -117,6 +117,19 @@ def written_positions(inputs: list, bsyms: list[BoundSymbol]) -> tuple[int, ...]
     )
 
 
+def separate_written_inputs(compiled: Callable, region, make_fallback: Callable[[], Callable]) -> Callable:
+    """``compiled`` (a region's compiled callable), checked by ``SeparateInputs`` on each call if
+    the region writes some of its inputs."""
+    bsyms = region.bound_symbols
+    if not any(b.symbol.has_tag(INPLACE) for b in bsyms):
+        return compiled
+    written = written_positions(region.inputs, bsyms)
+    if not written:
+        return compiled
+    others = [i for i, p in enumerate(region.inputs) if isinstance(p, TensorProxy) and i not in written]
+    return SeparateInputs(compiled, make_fallback, written, others)
+
+
 class SeparateInputs:
     """A compiled region that writes some of its inputs, called only when those share no memory
     with its other inputs; ``fallback()`` (the region's operations run by torch) otherwise."""
