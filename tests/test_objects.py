@@ -292,6 +292,33 @@ def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache
     )  # the cache's tensors
 
 
+@pytest.mark.parametrize("regions", ["fusion", "maximal"])
+def test_a_static_caches_writes_run_inside_inductor_regions(regions):
+    """StaticCache writes each new key and value with index_copy_: Inductor's regions take the
+    writes, the cache keeps its tensors, and the tokens are eager's on every generate."""
+    pytest.importorskip("thunder_executor_inductor")
+    torch.manual_seed(0)
+    model = hf_llama(n_layer=2).eval()
+    prompts = [token_batch(1, 6, seed=5), token_batch(1, 9, seed=6)]
+    kwargs = {"cache_implementation": "static"}
+    expected = [greedy_generate(model, p, **kwargs) for p in prompts]
+    model.forward = thunder_core.jit(
+        model.forward, dynamic=True, executors=["inductor"], options={"inductor": {"regions": regions}}
+    )
+    for prompt, want in [*zip(prompts, expected), (prompts[0], expected[0])]:
+        assert torch.equal(greedy_generate(model, prompt, **kwargs), want)
+    trace = thunder_core.last_traces(model.forward)[-1]
+    in_regions = [
+        s.symbol.name
+        for b in trace.bound_symbols
+        if b.executor == "inductor"
+        for s in b.subsymbols
+        if s.symbol.name.endswith("index_copy_")
+    ]
+    assert len(in_regions) == 2 * 2, trace  # keys and values of both layers
+    assert not [b for b in trace.bound_symbols if b.symbol.name.endswith("index_copy_")]  # none left to torch
+
+
 @pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_hugging_face_generate_through_the_torch_compile_front_end(cache, dynamic):
