@@ -405,3 +405,33 @@ def test_an_argument_that_requires_grad_but_is_unused_is_not_differentiated_thro
     w.grad = None
     jfn(w, stale).backward()
     torch.testing.assert_close(w.grad, torch.full((3,), 2.0))
+
+
+def _sine(x):
+    return x.sin() * 2
+
+
+def _cosine(x):
+    return x.cos() + 1
+
+
+def _store_result(x):
+    global STORED_RESULT
+    STORED_RESULT = x.exp()
+    return STORED_RESULT
+
+
+def test_a_trace_kept_in_a_global_does_not_stop_a_capture_but_a_stored_result_does(monkeypatch):
+    """A notebook keeps ``trace = thunder_core.last_traces(f)[-1]`` in a global, then jits another
+    function of the same module: the old trace's proxies were there before the capture and are
+    not something it stored. A function that stores a tensor it computes in a global is still
+    refused."""
+    jsin = thunder_core.jit(_sine)
+    jsin(torch.randn(3))
+    trace = thunder_core.last_traces(jsin)[-1]
+    monkeypatch.setitem(globals(), "KEPT_TRACE", [trace, trace.output])
+    monkeypatch.setitem(globals(), "STORED_RESULT", None)
+    x = torch.randn(3)
+    torch.testing.assert_close(thunder_core.jit(_cosine)(x), _cosine(x))
+    with pytest.raises(CaptureError, match="stored a tensor it computed into"):
+        thunder_core.jit(_store_result)(x)

@@ -767,8 +767,12 @@ def check_side_effects(compiled: Compiled, namespaces) -> None:
     leaked = [
         what for index, current in changed if holds_proxy(current) for what in [guard.descriptions[index][0]]
     ]
-    for namespace, owner in namespaces:
-        leaked += [f"{owner}.{key}" for key, value in list(namespace.items()) if holds_proxy(value)]
+    for namespace, owner, before in namespaces:
+        leaked += [
+            f"{owner}.{key}"
+            for key, value in list(namespace.items())
+            if before.get(key) != id(value) and holds_proxy(value)
+        ]
     if leaked:
         raise CaptureError(
             f"thunder_core.jit: while being captured, the function stored a tensor it computed into "
