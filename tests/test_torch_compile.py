@@ -516,3 +516,44 @@ def test_hugging_face_generate_that_compiles_the_forward_itself_runs_the_jitted_
     info = thunder_core.cache_info(model.forward)
     assert info.hits + info.misses == 5 and info.entries <= 3, info
     torch._dynamo.reset()
+
+
+WINDOW = 8
+
+
+def _rotate_and_keep_window(x, cos, window):
+    batch, length, _ = x.shape
+    k = x.view(batch, length, 2, 8).transpose(1, 2)
+    k = k * cos + torch.cat([-k[..., 4:], k[..., :4]], -1) * cos  # laid out as the transposed view
+    if length > WINDOW:
+        window.copy_(k[:, :, -WINDOW:, :])  # a slice of it, given to a part compiled by Inductor
+    else:
+        window[:, :, :length] = k
+    return k.sum(-1)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_slice_of_a_regions_result_keeps_eagers_strides_for_the_part_after_it(dynamic):
+    """A slice is a view: it runs after the region that computes the tensor, so it has eager's
+    strides, which the Inductor-compiled part after it asserts (a sliding-window cache write)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        _rotate_and_keep_window, backend="thunder_core", dynamic=dynamic, options={"executors": ["inductor"]}
+    )
+    for length in (6, 9, 12):
+        x, cos = torch.randn(2, length, 16), torch.randn(length, 8)
+        window, expected_window = torch.zeros(2, 2, WINDOW, 8), torch.zeros(2, 2, WINDOW, 8)
+        torch.testing.assert_close(compiled(x, cos, window), _rotate_and_keep_window(x, cos, expected_window))
+        torch.testing.assert_close(window, expected_window)
+    torch._dynamo.reset()
+
+
+def test_a_sliced_result_of_a_jitted_function_has_eagers_strides():
+    def last_rows(x, cos):
+        k = x.view(2, -1, 2, 8).transpose(1, 2) * cos
+        return (k + 1)[:, :, -3:, :], k[..., 1:3]
+
+    x, cos = torch.randn(2, 9, 16), torch.randn(9, 8)
+    for got, want in zip(thunder_core.jit(last_rows, executors=["inductor"])(x, cos), last_rows(x, cos)):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()

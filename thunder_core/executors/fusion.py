@@ -26,7 +26,7 @@ from thunder_core.ir.symbols import (
 )
 from thunder_core.ir.trace import Trace
 from thunder_core.ir.tree import leaves
-from thunder_core.ops.shapes import VIEW_OPS
+from thunder_core.ops.shapes import VIEW_OPS, always_a_view
 
 TORCH = "torch"  # the executor that takes back what a fusion executor gives back
 
@@ -116,11 +116,8 @@ def _region(
     return Region(bsyms, inputs, outputs)
 
 
-# Ops whose result is a view of their tensor argument whatever its strides, and ops that are views
-# when the argument's strides allow (else they copy, which a fused region does best).
-_ALWAYS_VIEWS = frozenset(
-    {"permute", "transpose", "t", "unsqueeze", "squeeze", "expand", "expand_as", "movedim"}
-)
+# Ops that are views when the argument's strides allow (else they copy, which a fused region does
+# best); ``always_a_view`` says which are views whatever the strides.
 _VIEWS_WHEN_VIEWABLE = frozenset({"view", "view_as", "reshape", "reshape_as", "flatten", "unflatten"})
 
 
@@ -131,7 +128,7 @@ def _is_view_of_argument(bsym: BoundSymbol) -> bool:
     tensors = [p for p in bsym.flat_args() if isinstance(p, TensorProxy)]
     if len(outputs) != 1 or not isinstance(outputs[0], TensorProxy) or not tensors:
         return False
-    if name in _ALWAYS_VIEWS:
+    if always_a_view(bsym):
         return True
     if name not in _VIEWS_WHEN_VIEWABLE:
         return False

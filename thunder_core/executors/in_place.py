@@ -26,17 +26,13 @@ from collections.abc import Callable
 
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.symbols import INPLACE, BoundSymbol, is_impure
+from thunder_core.ops.shapes import always_a_view
 from thunder_core.transforms.updates import Aliases, written_arguments
 
 # Methods that replace the values they write without reading them.
 _OVERWRITES = frozenset(
     {"index_copy_", "index_put_", "copy_", "__setitem__", "fill_", "zero_", "masked_fill_", "index_fill_"}
 )
-# Ops whose result is always a view of their argument (never a copy): making one reads no values.
-_NEVER_COPY = frozenset(
-    {"view", "view_as", "permute", "transpose", "t", "unsqueeze", "squeeze", "expand", "expand_as", "movedim",
-     "slice", "narrow", "split", "chunk", "unbind", "select", "broadcast_in_dim"}
-)  # fmt: skip
 
 
 def overwrites(bsym: BoundSymbol) -> bool:
@@ -54,12 +50,8 @@ def overwrites(bsym: BoundSymbol) -> bool:
 
 
 def _reads_values(bsym: BoundSymbol) -> bool:
-    """Whether ``bsym`` may read its tensors' values: anything but a view that never copies
-    (``x[1:2]`` is one: basic indexing decomposes into slices and squeezes)."""
-    if bsym.symbol.name in _NEVER_COPY:
-        return False
-    subsymbols = bsym.subsymbols
-    return not (subsymbols and all(s.symbol.name in _NEVER_COPY for s in subsymbols))
+    """Whether ``bsym`` may read its tensors' values: anything but a view that never copies."""
+    return not always_a_view(bsym)
 
 
 def _tensor_names(bsym: BoundSymbol) -> list[str]:

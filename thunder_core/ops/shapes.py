@@ -31,6 +31,25 @@ VIEW_OPS = frozenset(
 """Names of the torch-level ops and prims that describe a view of their input: they allocate
 nothing (``reshape`` can copy a non-contiguous input) and compute nothing."""
 
+ALWAYS_VIEWS = frozenset(
+    {
+        "view", "view_as", "permute", "transpose", "t", "expand", "expand_as", "unsqueeze", "squeeze",
+        "movedim", "broadcast_in_dim", "slice", "narrow", "select", "split", "chunk", "unbind",
+    }
+)  # fmt: skip
+"""The view ops whose result is a view of their input whatever its strides (never a copy)."""
+
+
+def always_a_view(bsym) -> bool:
+    """Whether a bound symbol returns views of its tensor argument and never copies: an op of
+    ``ALWAYS_VIEWS``, or a view op that decomposes into them only (``x[1:, None]``: basic
+    indexing is slices, squeezes and unsqueezes)."""
+    name = bsym.symbol.name
+    if name in ALWAYS_VIEWS:
+        return True
+    subsymbols = bsym.subsymbols
+    return name in VIEW_OPS and bool(subsymbols) and all(s.symbol.name in ALWAYS_VIEWS for s in subsymbols)
+
 
 def _sizes(args) -> tuple:
     """``view(2, 3)`` and ``view((2, 3))`` both mean (2, 3)."""
