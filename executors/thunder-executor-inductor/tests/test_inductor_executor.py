@@ -321,6 +321,25 @@ def test_a_region_with_symbolic_sizes_compiles_once_for_every_size():
     assert report.executor == "inductor"
 
 
+def _window_sum(x, y):
+    return (y * 2).softmax(-1)[:, : x.shape[0] // 2 + 1].sum()  # the end may run past the dimension
+
+
+def test_regions_compiled_under_opposite_assumptions_about_sizes_are_not_mixed_up():
+    """Calls whose slice end falls inside the dimension and calls where it runs past it (eager
+    clamps it) compile with opposite size guards; Inductor's graph cache, which keeps no guards
+    for a region's graph (its sizes come from its tensors), must not hand one the other's code."""
+    y = torch.randn(3, 6)
+    for lengths in ((2, 16, 4, 40), (16, 2)):  # a fresh function, first compiled past the end
+        jfn = thunder_core.jit(_window_sum, executors=["inductor"], dynamic=True)
+        for n in lengths:
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(jfn(x, y), _window_sum(x, y))
+        assert thunder_core.cache_info(jfn).entries == 2  # one program on each side
+        (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.softmax")
+        assert report.executor == "inductor"
+
+
 def test_a_region_using_a_size_that_only_another_input_has_reads_it_from_that_input():
     """Hugging Face's decoding mask: ``arange(cache length + 1)`` compared with positions, where
     the region's own inputs do not have the cache's length. The region takes the cache as an

@@ -363,6 +363,28 @@ def _load_generated(module_key: str, path: str, source: str):
 _lean_modules: dict[str, types.ModuleType] = {}  # by path, as PyCodeCache keeps the modules it loads
 
 
+# Inductor's FX graph cache keeps, with each compiled graph, the ShapeEnv's guards on the graph's
+# SymInt inputs, and a lookup takes an entry whose guards hold. A region's graph reads its sizes
+# from its tensors and has no SymInt inputs, so its entries would keep no guards: a region
+# compiled under one assumption (``1 + s0 // 2 <= s3``, where a slice's end falls inside the
+# dimension) would be found again for a trace that assumes the opposite and read past the end.
+# So symbolic regions are compiled without Inductor's graph caches (its C++ kernels still come
+# from its kernel cache, keyed by their source).
+def _off(config, *names: str) -> dict:
+    return {name: False for name in names if hasattr(config, name)}
+
+
+@contextmanager
+def _no_autograd_cache():
+    """AOTAutograd's cache off (``standalone_compile`` of a graph that writes in place goes through it)."""
+    from torch._functorch import config as functorch_config
+
+    with functorch_config.patch(
+        _off(functorch_config, "enable_autograd_cache", "enable_remote_autograd_cache")
+    ):
+        yield
+
+
 def _compile_symbolic(fn, examples: list, options: dict):
     """A region with symbolic sizes, compiled once for every size: traced with Inductor's
     decompositions on fake inputs of the trace's ShapeEnv (so what Inductor assumes about the
@@ -379,7 +401,8 @@ def _compile_symbolic(fn, examples: list, options: dict):
         graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
     building: list = []
-    with torch._inductor.config.patch(options):
+    no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
+    with torch._inductor.config.patch({**options, **no_graph_cache}), _no_autograd_cache():
         if _mutates(graph):
             with enable_python_dispatcher():
                 graph = make_fx(fn, tracing_mode="fake")(*examples)
