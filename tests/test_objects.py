@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -435,3 +436,60 @@ def test_a_trace_kept_in_a_global_does_not_stop_a_capture_but_a_stored_result_do
     torch.testing.assert_close(thunder_core.jit(_cosine)(x), _cosine(x))
     with pytest.raises(CaptureError, match="stored a tensor it computed into"):
         thunder_core.jit(_store_result)(x)
+
+
+def test_a_tensor_appended_to_a_list_the_module_holds_is_refused():
+    class Keeps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kept = []
+
+        def forward(self, x):
+            self.kept.append(x.relu())  # a traced tensor left in Python state
+            return x * 2
+
+    with pytest.raises(CaptureError, match="stored a tensor it computed into model.kept"):
+        thunder_core.jit(Keeps())(torch.randn(3))
+
+
+SIZES_SEEN: list = []
+
+
+class _Recorder:
+    pass
+
+
+RECORDER = _Recorder()
+
+
+class _LogsSizes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+        self.log, self.last = [], {}
+
+    def forward(self, x):
+        self.log.append(x.shape[0])
+        self.last["shape"] = (x.shape[0], x.shape[1] * 2)
+        SIZES_SEEN.append(x.shape[0] * 2)
+        RECORDER.rows = x.shape[0]
+        return self.linear(x) * x.shape[0]
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_sizes_a_function_stores_in_python_state_are_eagers_ints(dynamic, monkeypatch):
+    """A size the function appends to a list, stores in a dict or on an object, or in a global,
+    is the int eager leaves there, not a symbolic size of the compiled program."""
+    monkeypatch.setattr(sys.modules[__name__], "SIZES_SEEN", [])
+    model, reference = _LogsSizes(), _LogsSizes()
+    reference.load_state_dict(model.state_dict())
+    jitted = thunder_core.jit(model, dynamic=dynamic)
+    seen_by_eager = []
+    for n in (4, 4, 5, 7, 7, 4):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(jitted(x), reference(x))
+        seen_by_eager += [n * 2, n * 2]  # the compiled call's, then eager's
+        assert RECORDER.rows == n and type(RECORDER.rows) is int
+    assert model.log == reference.log and all(type(v) is int for v in model.log)
+    assert model.last == reference.last and all(type(v) is int for v in model.last["shape"])
+    assert SIZES_SEEN == seen_by_eager and all(type(v) is int for v in SIZES_SEEN)

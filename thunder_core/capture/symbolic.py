@@ -212,6 +212,7 @@ class SizeGuard:
     strides equal, symbolic ones satisfying every guard the capture recorded."""
 
     def __init__(self, sizes: SymbolicSizes):
+        self.sizes = sizes
         positions = sorted(sizes.fakes)
         fakes = [sizes.fakes[p] for p in positions]
         self.positions = positions
@@ -224,6 +225,11 @@ class SizeGuard:
         )
         self._names = [f"t{i}" for i in range(len(positions))]
         self._reads_once = _reading_each_tensor_once(self.expression, positions, self._ndims)
+
+    def taken_again(self) -> SizeGuard:
+        """The guard of the same sizes with every guard their ShapeEnv holds now (one added since,
+        when the program was specialized on a size after its capture)."""
+        return SizeGuard(self.sizes)
 
     def __call__(self, leaves) -> bool:
         if self._reads_once is not None:

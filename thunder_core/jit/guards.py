@@ -230,8 +230,7 @@ class GuardBuilder:
         self._keepalive: list = []  # objects whose ids are in _bound/_walked stay alive
         self.tensor_paths: dict[int, str] = {}  # id of a real tensor -> where it was found
         self.root_state_modules: set[int] = set()  # modules whose parameters/buffers are jit inputs
-        # Attribute dicts and globals walked, with the identity of each value then, for leak checks.
-        self.namespaces: list[tuple[dict, str, dict[str, int]]] = []
+        self.namespaces: list[tuple[dict, str]] = []  # attribute dicts and globals walked, for leak checks
         self.large_arrays: dict[int, tuple[str, int]] = {}  # NumPy arrays too large to compare per call
         self.arrays_read: set[int] = set()  # ids of NumPy arrays the capture turned into tensors
         # Per check, what it pins down, comparable across two walks of the same structure: a
@@ -431,20 +430,12 @@ class GuardBuilder:
         if fn.__kwdefaults__:
             self.value(f"{name}.__kwdefaults__", fn.__kwdefaults__, f"keyword defaults of {what}", depth)
 
-    def _note_namespace(self, attributes: dict, what: str) -> None:
-        """Note a namespace the program can write to, with what each of its names held when walked:
-        a value that was there before the capture (a trace kept in a notebook's global) is not
-        something the capture stored."""
-        self.namespaces.append(
-            (attributes, what, {key: id(value) for key, value in list(attributes.items())})
-        )
-
     def _plain_object(self, obj, name: str, what: str, depth: int) -> None:
         self._class_attributes(type(obj), depth)
         attributes = getattr(obj, "__dict__", None)
         if isinstance(attributes, dict):
             d = self.bind(attributes, "d")
-            self._note_namespace(attributes, what)
+            self.namespaces.append((attributes, what))
             self._dict_items(d, attributes, what, depth, attributes=True)
         for slot in _slots(type(obj)):
             value = getattr(obj, slot, MISSING)
@@ -453,7 +444,7 @@ class GuardBuilder:
     def _module(self, module: nn.Module, name: str, what: str, depth: int) -> None:
         attributes = module.__dict__
         d = self.bind(attributes, "d")
-        self._note_namespace(attributes, what)
+        self.namespaces.append((attributes, what))
         covered = self._versioned(attributes)
         self.condition(
             f"len({d})",
@@ -545,7 +536,7 @@ class GuardBuilder:
                 self.codes_run.append((module_name, code))
         if id(module_globals) not in self._walked:
             self._walked.add(id(module_globals))
-            self._note_namespace(module_globals, f"the globals of {module_name}")
+            self.namespaces.append((module_globals, f"the globals of {module_name}"))
         for chain in global_chains:
             root = chain[0]
             value = module_globals.get(root, MISSING)
