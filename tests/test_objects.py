@@ -493,3 +493,18 @@ def test_sizes_a_function_stores_in_python_state_are_eagers_ints(dynamic, monkey
     assert model.log == reference.log and all(type(v) is int for v in model.log)
     assert model.last == reference.last and all(type(v) is int for v in model.last["shape"])
     assert SIZES_SEEN == seen_by_eager and all(type(v) is int for v in SIZES_SEEN)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_returned_shape_is_a_torch_size(dynamic):
+    def scaled_with_shape(x):
+        return x * 2, {"shape": x.shape, "rows": [x.shape[0]]}, x.shape[1:]
+
+    jitted = thunder_core.jit(scaled_with_shape, dynamic=dynamic)
+    for n in (4, 6):
+        x = torch.randn(n, 5)
+        out, info, tail = jitted(x)
+        _, want_info, want_tail = scaled_with_shape(x)
+        assert type(info["shape"]) is torch.Size and info["shape"] == want_info["shape"]
+        assert type(tail) is torch.Size and tail == want_tail and info["shape"].numel() == n * 5
+        assert info["rows"] == [n]

@@ -297,7 +297,12 @@ def trace_to_python(
         from torch.utils._pytree import tree_unflatten
 
         spec = trace.output_treespec
-        rebuild = printer.namespace.add(lambda flat: tree_unflatten(flat, spec), "rebuild_output")
+        if _holds_size(spec):
+            rebuild = printer.namespace.add(
+                lambda flat: _sizes_restored(tree_unflatten(flat, spec), spec), "rebuild_output"
+            )
+        else:
+            rebuild = printer.namespace.add(lambda flat: tree_unflatten(flat, spec), "rebuild_output")
         lines.append(f"  return {rebuild}({printer.value(list(trace.output))})")
     else:
         lines.append(f"  return {printer.value(trace.output)}")
@@ -316,3 +321,25 @@ def trace_to_python(
         header.append("# Globals supplied by python_callable(): " + ", ".join(others))
     source = "\n".join(header + imports + ["", ""] + lines) + "\n"
     return PythonCode(source, printer.namespace.globals, trace.function_name)
+
+
+def _children(spec) -> list:
+    return spec.children() if hasattr(spec, "children") else spec.children_specs  # torch before 2.10
+
+
+def _holds_size(spec) -> bool:
+    """Whether an output tree spec has a ``torch.Size`` node (torch's pytree rebuilds it as a tuple)."""
+    return spec.type is torch.Size or any(_holds_size(child) for child in _children(spec))
+
+
+def _sizes_restored(tree, spec):
+    """``tree`` with its ``torch.Size`` nodes rebuilt as ``torch.Size``, as the function returned
+    them (``x.shape``), through tuples, lists and dicts."""
+    if spec.type is torch.Size:
+        return torch.Size(tree)
+    children = _children(spec)
+    if isinstance(tree, dict) and spec.type is dict:
+        return {key: _sizes_restored(tree[key], child) for key, child in zip(spec.context, children)}
+    if isinstance(tree, (tuple, list)) and spec.type in (tuple, list):
+        return type(tree)(_sizes_restored(item, child) for item, child in zip(tree, children))
+    return tree
