@@ -78,15 +78,19 @@ class Concretizer:
     def __init__(self, shape_env):
         self.shape_env = shape_env
         self.replaced = 0
-        self._budget = _BUDGET
+        self._budget = 0
         self._seen: dict[int, object] = {}
 
     def _ours(self, value) -> bool:
         return isinstance(value, _SYMBOLIC) and value.node.shape_env is self.shape_env
 
-    def concrete(self, value, depth: int = 0):
+    def concrete(self, value):
         """``value`` with this environment's symbolic sizes made concrete (the same object
-        unless it is one, or a tuple holding one)."""
+        unless it is one, or a tuple holding one), looking at ``_BUDGET`` values at most."""
+        self._budget = _BUDGET
+        return self._concrete(value, 0)
+
+    def _concrete(self, value, depth: int):
         self._budget -= 1
         if self._ours(value):
             self.replaced += 1
@@ -109,23 +113,23 @@ class Concretizer:
         self._seen[id(value)] = value
         if isinstance(value, list):
             for i, item in enumerate(value):
-                new = self.concrete(item, depth + 1)
+                new = self._concrete(item, depth + 1)
                 if new is not item:
                     value[i] = new
         elif isinstance(value, dict):
             for key, item in list(value.items()):
-                new = self.concrete(item, depth + 1)
+                new = self._concrete(item, depth + 1)
                 if new is not item:
                     value[key] = new
         elif isinstance(value, tuple):
-            items = [self.concrete(item, depth + 1) for item in value]
+            items = [self._concrete(item, depth + 1) for item in value]
             if any(new is not old for new, old in zip(items, value)):
                 rebuilt = type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
                 self._seen[id(value)] = rebuilt
                 return rebuilt
         elif is_argument_object(value):
             for name, item in object_items(value):
-                new = self.concrete(item, depth + 1)
+                new = self._concrete(item, depth + 1)
                 if new is not item:
                     setattr(value, name, new)
         return value

@@ -46,11 +46,10 @@ def _cache_inputs(length=6, d=8):
     return torch.zeros(1, length, d), torch.randn(1, 1, d), torch.randn(d, d)
 
 
-@pytest.mark.parametrize("options", [None, MAXIMAL], ids=["fusion", "maximal"])
-def test_a_cache_write_runs_inside_the_compiled_region_and_the_cache_holds_eagers_values(options):
+def test_a_cache_write_runs_inside_the_compiled_region_and_the_cache_holds_eagers_values():
     keys, x, w = _cache_inputs()
     eager_keys = keys.clone()
-    jfn = thunder_core.jit(cache_step, executors=["inductor"], options=options)
+    jfn = thunder_core.jit(cache_step, executors=["inductor"], options=MAXIMAL)
     with torch.no_grad():
         for step in range(4):
             position = torch.tensor([step])
@@ -165,6 +164,24 @@ def test_a_cache_write_compiles_in_the_background_and_the_compiled_region_takes_
     assert background.state == "compiled", background.state
     assert isinstance(background.compiled, SeparateInputs)  # the last calls wrote with the compiled region
     assert background.compiled._fallback is None
+
+
+def test_fusion_regions_leave_a_cache_write_to_torch():
+    """Regions cut at every matmul would each pay AOTAutograd's wrapper for a write: only
+    maximal regions take it."""
+    keys, x, w = _cache_inputs()
+    eager_keys = keys.clone()
+    jfn = thunder_core.jit(cache_step, executors=["inductor"])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            jfn(keys, x, w, torch.tensor([2])), cache_step(eager_keys, x, w, torch.tensor([2]))
+        )
+    torch.testing.assert_close(keys, eager_keys)
+    (write,) = [
+        b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.symbol.name.endswith("index_copy_")
+    ]
+    assert write.executor == "torch"
+    assert _regions(jfn)  # the rest still fuses
 
 
 def test_a_write_to_a_tensor_that_requires_grad_stays_with_torch():

@@ -207,12 +207,11 @@ def test_an_unknown_region_mode_is_refused_with_the_choices():
         thunder_core.jit(block, executors=["inductor"], options={"inductor": {"regions": "everything"}})
 
 
-def test_a_view_updated_in_place_stays_out_of_regions_and_the_update_joins_the_region():
+def test_a_view_updated_in_place_stays_out_of_regions_and_the_region_before_is_measured():
     """The KV-cache pattern: a view of the cache, then index_copy_ writes the new entry through
     it. The view is left to torch (another candidate for a region returning it could return a
-    copy, and the update would miss the cache); the update, which overwrites the view it is
-    given, runs inside the region computing the entry (a region with an effect is not measured
-    against torch: that would apply it twice). Results and the cache equal eager's."""
+    copy, and the update would miss the cache); the region computing the entry, which the
+    update only reads, is measured. Results and the cache equal eager's."""
 
     def step(cache, x, position):
         window = cache[:1, ...]
@@ -232,8 +231,7 @@ def test_a_view_updated_in_place_stays_out_of_regions_and_the_update_joins_the_r
     assert window_report.executor == "torch"
     assert "updated in place" in window_report.declined["inductor"], window_report.declined
     (entry_report,) = explanation.for_symbol("torch.sin")
-    (update_report,) = explanation.for_symbol("torch.Tensor.index_copy_")
-    assert entry_report.executor == update_report.executor == "inductor", (entry_report, update_report)
+    assert "measured" in entry_report.note, entry_report.note
 
 
 def test_batch_norm_running_statistics_beside_regions_equal_eager():

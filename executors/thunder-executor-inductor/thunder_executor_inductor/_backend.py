@@ -9,6 +9,7 @@ generated code imports.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import types
@@ -374,15 +375,28 @@ def _off(config, *names: str) -> dict:
     return {name: False for name in names if hasattr(config, name)}
 
 
+class _WithoutArtifactWarning(logging.Filter):
+    """``standalone_compile`` warns that it could not save its cache artifacts: with the caches
+    off, there are none to save."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "artifact generation failed" not in record.getMessage()
+
+
 @contextmanager
 def _no_autograd_cache():
     """AOTAutograd's cache off (``standalone_compile`` of a graph that writes in place goes through it)."""
     from torch._functorch import config as functorch_config
 
-    with functorch_config.patch(
-        _off(functorch_config, "enable_autograd_cache", "enable_remote_autograd_cache")
-    ):
-        yield
+    logger, quiet = logging.getLogger("torch._inductor.standalone_compile"), _WithoutArtifactWarning()
+    logger.addFilter(quiet)
+    try:
+        with functorch_config.patch(
+            _off(functorch_config, "enable_autograd_cache", "enable_remote_autograd_cache")
+        ):
+            yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _compile_symbolic(fn, examples: list, options: dict):

@@ -128,7 +128,10 @@ class InductorExecutor(FusionExecutor):
         return "inductor(fusion)", self.with_options({"regions": "fusion", **self.inductor_options})
 
     def check(self, bsym):
-        if overwrites_in_place(bsym):  # a cache write: functionalized by AOTAutograd, reinplaced by Inductor
+        if overwrites_in_place(bsym) and self.regions == "maximal":
+            # A cache write joins the stretch around it: functionalized by AOTAutograd, written in
+            # place by Inductor. Fusion regions, cut at every matmul, would only pay AOTAutograd's
+            # runtime wrapper around each small region that writes.
             return self._check_overwrite(bsym)
         verdict = super().check(bsym)
         if verdict is not True:
