@@ -60,6 +60,12 @@ def write_through_a_view(buf, x, pos):
     return buf.sum()
 
 
+def write_through_detach_after_reading(buf, x, pos):
+    before = buf.sum()
+    buf.detach().copy_(x.exp().expand(4, 3))  # detach returns a tensor sharing buf's memory
+    return before + buf.sum()
+
+
 def random_after_write(buf, x, pos):
     buf.index_copy_(0, pos, x.sin())
     return buf.sum() + torch.rand(())
@@ -75,6 +81,7 @@ CASES = [
     (write_from_itself, False),
     (write_through_a_view, True),
     (random_after_write, False),
+    (write_through_detach_after_reading, False),
 ]
 
 
@@ -105,5 +112,9 @@ def test_the_written_inputs_are_found_through_the_views_the_region_makes():
     assert written_positions(list(trace.inputs), trace.bound_symbols) == (0,)
     trace = _captured(read_then_write, torch.zeros(4, 3), torch.randn(1, 3), torch.tensor([1]))
     assert written_positions(list(trace.inputs), trace.bound_symbols) == (0,)
+    trace = _captured(
+        write_through_detach_after_reading, torch.zeros(4, 3), torch.randn(1, 3), torch.tensor([1])
+    )
+    assert written_positions(list(trace.inputs), trace.bound_symbols) == (0, 1, 2)  # it may be any input
     trace = _captured(lambda a, b: a.sin() + b, torch.zeros(2), torch.zeros(2))
     assert written_positions(list(trace.inputs), trace.bound_symbols) == ()

@@ -4,6 +4,7 @@ Each case runs eagerly on a copy of the arguments and compares the objects eager
 
 from __future__ import annotations
 
+import collections
 import copy
 import re
 import sys
@@ -458,6 +459,9 @@ class _Recorder:
     pass
 
 
+_Point = collections.namedtuple("_Point", "rows columns")
+
+
 RECORDER = _Recorder()
 
 
@@ -472,6 +476,7 @@ class _LogsSizes(nn.Module):
         self.last["shape"] = (x.shape[0], x.shape[1] * 2)
         SIZES_SEEN.append(x.shape[0] * 2)
         RECORDER.rows = x.shape[0]
+        RECORDER.point = _Point(x.shape[0], x.shape[1])
         return self.linear(x) * x.shape[0]
 
 
@@ -489,6 +494,9 @@ def test_sizes_a_function_stores_in_python_state_are_eagers_ints(dynamic, monkey
         torch.testing.assert_close(jitted(x), reference(x))
         seen_by_eager += [n * 2, n * 2]  # the compiled call's, then eager's
         assert RECORDER.rows == n and type(RECORDER.rows) is int
+        assert (
+            RECORDER.point == (n, 3) and type(RECORDER.point) is _Point and type(RECORDER.point.rows) is int
+        )
     assert model.log == reference.log and all(type(v) is int for v in model.log)
     assert model.last == reference.last and all(type(v) is int for v in model.last["shape"])
     assert SIZES_SEEN == seen_by_eager and all(type(v) is int for v in SIZES_SEEN)

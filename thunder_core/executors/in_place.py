@@ -78,6 +78,7 @@ def restartable(bsyms: list[BoundSymbol]) -> bool:
     aliases = Aliases()
     written: set[str] = set()
     read: set[str] = set()
+    made: set[str] = set()
     for step in bsyms:
         tensors = _tensor_names(step)
         if step.symbol.has_tag(INPLACE):
@@ -85,6 +86,8 @@ def restartable(bsyms: list[BoundSymbol]) -> bool:
                 return False
             targets = {p.name for p in written_arguments(step)}
             roots = {aliases.root(name) for name in targets}
+            if roots & made:  # computed here: it may be an input itself (x.detach(), x.contiguous())
+                return False
             sources = {aliases.root(name) for name in tensors if name not in targets}
             if roots & (written | read | sources):
                 return False
@@ -95,18 +98,23 @@ def restartable(bsyms: list[BoundSymbol]) -> bool:
         elif _reads_values(step):
             read |= {aliases.root(name) for name in tensors}
         aliases.note(step, tensors)
+        outputs = {aliases.root(p.name) for p in step.flat_outputs() if isinstance(p, TensorProxy)}
+        made |= outputs - {aliases.root(name) for name in tensors}  # not a view of what it reads
     return True
 
 
 def written_positions(inputs: list, bsyms: list[BoundSymbol]) -> tuple[int, ...]:
-    """Positions of the ``inputs`` of a region made of ``bsyms`` that it writes in place
-    (directly or through a view it makes of them)."""
+    """Positions of the ``inputs`` of a region made of ``bsyms`` that it may write in place
+    (directly or through a view it makes of them). A write to a tensor the region computes may
+    reach an input through an op that can return its argument itself (``x.detach()``,
+    ``x.contiguous()``, ``x.to(x.dtype)``): then every input counts as written."""
     roots, aliases = written_roots(bsyms)
     if not roots:
         return ()
-    return tuple(
-        i for i, p in enumerate(inputs) if isinstance(p, TensorProxy) and aliases.root(p.name) in roots
-    )
+    tensors = [i for i, p in enumerate(inputs) if isinstance(p, TensorProxy)]
+    if roots - {aliases.root(inputs[i].name) for i in tensors}:
+        return tuple(tensors)
+    return tuple(i for i in tensors if aliases.root(inputs[i].name) in roots)
 
 
 def separate_written_inputs(compiled: Callable, region, make_fallback: Callable[[], Callable]) -> Callable:

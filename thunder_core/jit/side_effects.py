@@ -73,13 +73,14 @@ def holds_proxy_of(value, owned: set[int]) -> bool:
 class Concretizer:
     """Replaces the symbolic sizes of one ``ShapeEnv`` found in Python values by their values
     for this call (``int(s)``, which adds the guard ``s == value``), in place where the container
-    allows it (lists, dicts, plain objects) and by a rebuilt tuple otherwise."""
+    allows it (lists, dicts, plain objects, through their ``__dict__``) and by a rebuilt tuple
+    otherwise. Best effort: a container that refuses the change keeps what it holds."""
 
     def __init__(self, shape_env):
         self.shape_env = shape_env
         self.replaced = 0
         self._budget = 0
-        self._seen: dict[int, object] = {}
+        self._seen: dict[int, tuple[object, object]] = {}  # id -> (original, replacement): both kept alive
 
     def _ours(self, value) -> bool:
         return isinstance(value, _SYMBOLIC) and value.node.shape_env is self.shape_env
@@ -88,7 +89,10 @@ class Concretizer:
         """``value`` with this environment's symbolic sizes made concrete (the same object
         unless it is one, or a tuple holding one), looking at ``_BUDGET`` values at most."""
         self._budget = _BUDGET
-        return self._concrete(value, 0)
+        try:
+            return self._concrete(value, 0)
+        except Exception:  # noqa: BLE001 - a container that refuses the change is left as it is
+            return value
 
     def _concrete(self, value, depth: int):
         self._budget -= 1
@@ -108,9 +112,10 @@ class Concretizer:
             or isinstance(value, (str, bytes, int, float, torch.Tensor))
         ):
             return value
-        if id(value) in self._seen:
-            return self._seen[id(value)]
-        self._seen[id(value)] = value
+        seen = self._seen.get(id(value))
+        if seen is not None:
+            return seen[1]
+        self._seen[id(value)] = (value, value)
         if isinstance(value, list):
             for i, item in enumerate(value):
                 new = self._concrete(item, depth + 1)
@@ -124,12 +129,16 @@ class Concretizer:
         elif isinstance(value, tuple):
             items = [self._concrete(item, depth + 1) for item in value]
             if any(new is not old for new, old in zip(items, value)):
-                rebuilt = type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-                self._seen[id(value)] = rebuilt
+                try:
+                    rebuilt = type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+                except Exception:  # noqa: BLE001 - a tuple type that cannot be rebuilt so
+                    return value
+                self._seen[id(value)] = (value, rebuilt)
                 return rebuilt
         elif is_argument_object(value):
+            attributes = vars(value)
             for name, item in object_items(value):
                 new = self._concrete(item, depth + 1)
                 if new is not item:
-                    setattr(value, name, new)
+                    attributes[name] = new  # as stored: no __setattr__, no property (a frozen dataclass too)
         return value

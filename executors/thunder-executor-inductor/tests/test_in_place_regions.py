@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import thunder_core
-from thunder_core.executors.in_place import SeparateInputs
 
 MAXIMAL = {"inductor": {"regions": "maximal"}}
 
@@ -27,12 +26,17 @@ def _region_writing(jfn, method: str):
     return found[0]
 
 
-def _separate_inputs(region) -> SeparateInputs:
-    """The compiled region, checked for overlapping inputs on each call."""
+def _is_checked(fn) -> bool:
+    return type(fn).__name__ == "SeparateInputs"  # thunder_core.executors.in_place (core internals)
+
+
+def _separate_inputs(region):
+    """The compiled region, checked for overlapping inputs on each call (its ``_fallback`` is the
+    region's torch operations, made when a call needed them)."""
     guarded = region.impl.fn  # FirstCall -> the compiled region, or its compile at the second call
-    if not isinstance(guarded, SeparateInputs):
+    if not _is_checked(guarded):
         guarded = guarded.compiled
-    assert isinstance(guarded, SeparateInputs), guarded
+    assert _is_checked(guarded), guarded
     return guarded
 
 
@@ -73,7 +77,14 @@ def _write_row(keys, window, x, position):
     return window.exp() * 2
 
 
-@pytest.mark.parametrize("step", [_write_all, _write_row], ids=["copy_", "index_copy_"])
+def _write_detached(keys, window, x, position):
+    keys.detach().copy_(torch.cos(x) + 1)  # detach returns the cache's memory: the write reaches it
+    return window.exp() * 2
+
+
+@pytest.mark.parametrize(
+    "step", [_write_all, _write_row, _write_detached], ids=["copy_", "index_copy_", "detach"]
+)
 def test_a_write_to_an_input_that_shares_memory_with_another_input_runs_the_torch_operations(step):
     jfn = thunder_core.jit(step, executors=["inductor"], options=MAXIMAL)
     keys, x, position = torch.zeros(1, 4, 8), torch.randn(1, 4, 8), torch.tensor([1])
@@ -162,7 +173,7 @@ def test_a_cache_write_compiles_in_the_background_and_the_compiled_region_takes_
             thunder_core.wait_for_compiles()
     background = _region_writing(jfn, "index_copy_").impl.fn
     assert background.state == "compiled", background.state
-    assert isinstance(background.compiled, SeparateInputs)  # the last calls wrote with the compiled region
+    assert _is_checked(background.compiled)  # the last calls wrote with the compiled region
     assert background.compiled._fallback is None
 
 
@@ -207,3 +218,49 @@ def test_a_write_to_a_tensor_that_requires_grad_stays_with_torch():
             assert not (
                 b.executor == "inductor" and any(s.symbol.name.endswith("copy_") for s in b.subsymbols)
             )
+
+
+def _first_run_fails_after_writing(monkeypatch):
+    """Inductor's compiled regions raise on their first call, after they have run (and written)."""
+    from thunder_executor_inductor import _impl
+
+    compile_region = _impl.InductorExecutor.compile_region
+
+    def failing_once(self, region):
+        compiled = compile_region(self, region)
+        calls = []
+
+        def run(*args):
+            result = compiled(*args)
+            if not calls:
+                calls.append(True)
+                raise RuntimeError("the compiled region failed after its write")
+            return result
+
+        return run
+
+    monkeypatch.setattr(_impl.InductorExecutor, "compile_region", failing_once)
+
+
+def test_a_restartable_region_that_fails_after_its_write_falls_back_and_writes_eagers_values(monkeypatch):
+    _first_run_fails_after_writing(monkeypatch)
+    keys, x, w = _cache_inputs()
+    eager_keys = keys.clone()
+    jfn = thunder_core.jit(cache_step, executors=["inductor"], options=MAXIMAL)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="failed after its write"):
+        got = jfn(keys, x, w, torch.tensor([3]))
+    torch.testing.assert_close(got, cache_step(eager_keys, x, w, torch.tensor([3])))
+    torch.testing.assert_close(keys, eager_keys)  # written again by torch, with the same values
+
+
+def test_a_region_that_reads_before_its_write_refuses_to_run_again_after_a_failure(monkeypatch):
+    def step(buffer, x, position):
+        before = buffer.sum(1)
+        buffer.index_copy_(1, position, x.tanh())
+        return before + buffer.mean(1)
+
+    _first_run_fails_after_writing(monkeypatch)
+    jfn = thunder_core.jit(step, executors=["inductor"], options=MAXIMAL)
+    with torch.no_grad(), pytest.raises(thunder_core.ThunderCoreError, match="apply it twice") as raised:
+        jfn(torch.randn(1, 5, 4), torch.randn(1, 1, 4), torch.tensor([0]))
+    assert type(raised.value).__name__ == "ExecutorFailure"

@@ -9,11 +9,14 @@ A region is traced to an ATen graph with ``make_fx`` (Inductor's decompositions 
 compiled by Inductor's graph compiler, ``compile_fx_inner`` (``_backend``, imported at the first
 region's compile: a job that never compiles a region never imports Inductor); each call goes straight to the
 generated code: no Dynamo frame and guards (the thunder_core cache already guarantees the
-metadata) and none of AOTAutograd's runtime wrappers, which a region (functional, called
-without autograd) does not need and which cost a few microseconds per call, more with cold
-caches between large matmuls. Regions with symbolic sizes go through
-``torch._inductor.standalone_compile``, which keeps their sizes dynamic. Inductor's on-disk FX
-graph cache makes a second process's compiles cheap either way.
+metadata) and none of AOTAutograd's runtime wrappers, which a functional region called without
+autograd does not need and which cost a few microseconds per call, more with cold caches
+between large matmuls. A region that writes in place (a cache write in a maximal region) goes
+through ``torch._inductor.standalone_compile``, whose AOTAutograd functionalizes the write, and
+pays its wrapper. Regions with symbolic sizes are compiled once for every size, without
+Inductor's FX graph cache (it keeps no guards for a graph that reads its sizes from its tensors),
+so another process compiles them again, its C++ kernels coming from Inductor's kernel cache;
+fixed-size regions come from the FX graph cache and the job's disk cache.
 
 The executor compiles in the background (``compiles_in_background``): a recompiled program's
 regions run as torch operations while Inductor compiles them on thunder_core's worker thread.

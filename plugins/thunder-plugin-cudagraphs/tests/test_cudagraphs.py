@@ -64,6 +64,33 @@ def test_in_place_updates_end_a_graph():
     torch.testing.assert_close(got_buffer, expected_buffer)
 
 
+def test_a_fusion_region_that_writes_its_input_stays_outside_the_graphs():
+    """A maximal Inductor region holds a cache write: in a graph it would write the graph's static
+    copy of the cache, so it is not graph-safe."""
+    pytest.importorskip("thunder_executor_inductor")
+
+    def step(cache, x, position):
+        cache.index_copy_(0, position, torch.sin(x) * 2)
+        return (cache * 3).cos() + 1
+
+    cache, x, position = torch.zeros(4, 8), torch.randn(1, 8), torch.tensor([2])
+    jitted = thunder_core.jit(step, executors=["inductor"], options={"inductor": {"regions": "maximal"}})
+    with torch.no_grad():
+        jitted(cache.clone(), x, position)
+    trace = [t for t in thunder_core.last_traces(jitted) if "delete_last_used" not in str(t.provenance)][-1]
+    (writer,) = [
+        b
+        for b in trace.bound_symbols
+        if b.executor == "inductor" and any(s.symbol.name.endswith("index_copy_") for s in b.subsymbols)
+    ]
+    partitioned = graphs.partition(trace, {"device": "any", "min_ops": 1})
+    inside = [
+        s for b in partitioned.bound_symbols if b.symbol.name.startswith("cudagraph_") for s in b.subsymbols
+    ]
+    assert writer.symbol.name not in [s.symbol.name for s in inside]
+    assert writer.symbol.name in [b.symbol.name for b in partitioned.bound_symbols]
+
+
 def test_on_cpu_the_plugin_is_unavailable_with_the_reason():
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")

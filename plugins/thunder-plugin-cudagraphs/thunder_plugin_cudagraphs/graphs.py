@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from thunder_core.extend import INPLACE, BoundSymbol, Symbol, TensorProxy, Trace, free_inputs, leaves
+from thunder_core.extend import BoundSymbol, Symbol, TensorProxy, Trace, free_inputs, is_impure, leaves
 
 TORCH = "torch"
 
 
 def _graph_safe(bsym: BoundSymbol, device: str) -> bool:
-    if bsym.symbol.has_tag(INPLACE) or bsym.symbol.name == "del":
+    # An update in place, also inside a fusion region that writes its input (it carries the effect),
+    # would land in the graph's static copy of the input.
+    if is_impure(bsym) or any(is_impure(s) for s in bsym.subsymbols) or bsym.symbol.name == "del":
         return False
     outputs = bsym.flat_outputs()
     if not outputs or any(not isinstance(p, TensorProxy) for p in outputs):
