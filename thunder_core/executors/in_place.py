@@ -58,10 +58,29 @@ def _tensor_names(bsym: BoundSymbol) -> list[str]:
     return [p.name for p in bsym.flat_args() if isinstance(p, TensorProxy)]
 
 
+# Ops that may return their argument itself (``x.contiguous()`` of a contiguous tensor,
+# ``x.to(x.dtype)``, ``x.detach()`` shares its memory): a write to the result may be a write to it.
+_MAY_RETURN_ARGUMENT = frozenset(
+    {"detach", "contiguous", "to", "type", "type_as", "float", "double", "half", "bfloat16", "int",
+     "long", "short", "bool", "cpu", "cuda", "requires_grad_"}
+)  # fmt: skip
+
+
+class _Aliases(Aliases):
+    """``Aliases``, where the result of an op that may return its argument aliases it too."""
+
+    def note(self, step: BoundSymbol, tensors: list[str]) -> None:
+        super().note(step, tensors)
+        if tensors and step.symbol.name in _MAY_RETURN_ARGUMENT:
+            for out in step.flat_outputs():
+                if isinstance(out, TensorProxy) and self.root(out.name) != self.root(tensors[0]):
+                    self._parent[self.root(out.name)] = self.root(tensors[0])
+
+
 def written_roots(bsyms: list[BoundSymbol]) -> tuple[set[str], Aliases]:
     """The tensors (by the name of what they view, ``Aliases.root``) that ``bsyms`` update in
     place, and the aliases learned over them."""
-    aliases = Aliases()
+    aliases = _Aliases()
     written: set[str] = set()
     for step in bsyms:
         tensors = _tensor_names(step)
@@ -75,10 +94,9 @@ def restartable(bsyms: list[BoundSymbol]) -> bool:
     """Whether running ``bsyms`` again from the start after a partial run gives the same results
     and leaves the same values: no effect but overwrites, each tensor written once, and nothing
     reads a written tensor (or a view of it) before its write."""
-    aliases = Aliases()
+    aliases = _Aliases()
     written: set[str] = set()
     read: set[str] = set()
-    made: set[str] = set()
     for step in bsyms:
         tensors = _tensor_names(step)
         if step.symbol.has_tag(INPLACE):
@@ -86,8 +104,6 @@ def restartable(bsyms: list[BoundSymbol]) -> bool:
                 return False
             targets = {p.name for p in written_arguments(step)}
             roots = {aliases.root(name) for name in targets}
-            if roots & made:  # computed here: it may be an input itself (x.detach(), x.contiguous())
-                return False
             sources = {aliases.root(name) for name in tensors if name not in targets}
             if roots & (written | read | sources):
                 return False
@@ -98,23 +114,19 @@ def restartable(bsyms: list[BoundSymbol]) -> bool:
         elif _reads_values(step):
             read |= {aliases.root(name) for name in tensors}
         aliases.note(step, tensors)
-        outputs = {aliases.root(p.name) for p in step.flat_outputs() if isinstance(p, TensorProxy)}
-        made |= outputs - {aliases.root(name) for name in tensors}  # not a view of what it reads
     return True
 
 
 def written_positions(inputs: list, bsyms: list[BoundSymbol]) -> tuple[int, ...]:
     """Positions of the ``inputs`` of a region made of ``bsyms`` that it may write in place
-    (directly or through a view it makes of them). A write to a tensor the region computes may
-    reach an input through an op that can return its argument itself (``x.detach()``,
-    ``x.contiguous()``, ``x.to(x.dtype)``): then every input counts as written."""
+    (directly, through a view it makes of them, or through an op that may return its argument
+    itself: ``x.detach()``, ``x.contiguous()``)."""
     roots, aliases = written_roots(bsyms)
     if not roots:
         return ()
-    tensors = [i for i, p in enumerate(inputs) if isinstance(p, TensorProxy)]
-    if roots - {aliases.root(inputs[i].name) for i in tensors}:
-        return tuple(tensors)
-    return tuple(i for i in tensors if aliases.root(inputs[i].name) in roots)
+    return tuple(
+        i for i, p in enumerate(inputs) if isinstance(p, TensorProxy) and aliases.root(p.name) in roots
+    )
 
 
 def separate_written_inputs(compiled: Callable, region, make_fallback: Callable[[], Callable]) -> Callable:

@@ -369,8 +369,27 @@ _lean_modules: dict[str, types.ModuleType] = {}  # by path, as PyCodeCache keeps
 # from its tensors and has no SymInt inputs, so its entries would keep no guards: a region
 # compiled under one assumption (``1 + s0 // 2 <= s3``, where a slice's end falls inside the
 # dimension) would be found again for a trace that assumes the opposite and read past the end.
-# So symbolic regions are compiled without Inductor's graph caches (its C++ kernels still come
-# from its kernel cache, keyed by their source).
+# So a symbolic region's cache key carries the guards its trace holds on its inputs' sizes
+# (``_size_assumptions``, through ``torch.compiler.config.cache_key_tag``, which the key hashes),
+# and one that writes in place (through AOTAutograd's cache, which keys otherwise) is compiled
+# without the graph caches.
+def _size_assumptions(examples: list) -> dict:
+    """The ``cache_key_tag`` under which a symbolic region is cached: what the trace's ShapeEnv
+    holds about its inputs' sizes and strides, in terms of the inputs (so the same assumptions
+    give the same key in another process, whatever the symbols are called)."""
+    import torch.compiler.config as compiler_config
+
+    fakes = [x for x in examples if isinstance(x, torch.Tensor)]
+    shape_env = next(
+        (s.node.shape_env for x in fakes for s in (*x.shape, *x.stride()) if isinstance(s, torch.SymInt)),
+        None,
+    )
+    if shape_env is None or not hasattr(compiler_config, "cache_key_tag"):
+        return {}
+    assumed = shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
+    return {"cache_key_tag": f"{compiler_config.cache_key_tag}|thunder_core region sizes: {assumed}"}
+
+
 def _off(config, *names: str) -> dict:
     return {name: False for name in names if hasattr(config, name)}
 
@@ -415,12 +434,15 @@ def _compile_symbolic(fn, examples: list, options: dict):
         graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
     building: list = []
-    no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
-    with torch._inductor.config.patch({**options, **no_graph_cache}), _no_autograd_cache():
+    import torch.compiler.config as compiler_config
+
+    with torch._inductor.config.patch(options), compiler_config.patch(_size_assumptions(examples)):
         if _mutates(graph):
             with enable_python_dispatcher():
                 graph = make_fx(fn, tracing_mode="fake")(*examples)
-            compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
+            no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
+            with torch._inductor.config.patch(no_graph_cache), _no_autograd_cache():
+                compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
             call = lambda args: compiled(*args)  # noqa: E731
         else:
             fake_mode = examples[0].fake_mode if hasattr(examples[0], "fake_mode") else None

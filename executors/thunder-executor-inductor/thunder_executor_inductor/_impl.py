@@ -13,10 +13,9 @@ metadata) and none of AOTAutograd's runtime wrappers, which a functional region 
 autograd does not need and which cost a few microseconds per call, more with cold caches
 between large matmuls. A region that writes in place (a cache write in a maximal region) goes
 through ``torch._inductor.standalone_compile``, whose AOTAutograd functionalizes the write, and
-pays its wrapper. Regions with symbolic sizes are compiled once for every size, without
-Inductor's FX graph cache (it keeps no guards for a graph that reads its sizes from its tensors),
-so another process compiles them again, its C++ kernels coming from Inductor's kernel cache;
-fixed-size regions come from the FX graph cache and the job's disk cache.
+pays its wrapper. Regions with symbolic sizes are compiled once for every size, under an FX
+graph cache key that carries their trace's size assumptions (``_backend._size_assumptions``);
+fixed-size regions also come from the job's disk cache.
 
 The executor compiles in the background (``compiles_in_background``): a recompiled program's
 regions run as torch operations while Inductor compiles them on thunder_core's worker thread.
