@@ -386,7 +386,16 @@ def _size_assumptions(examples: list) -> dict:
     )
     if shape_env is None or not hasattr(compiler_config, "cache_key_tag"):
         return {}
-    assumed = shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
+    try:
+        assumed = shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
+    except Exception:  # noqa: BLE001 - a symbol none of the inputs carries: the whole ShapeEnv, by symbol names
+        assumed = repr(
+            (
+                sorted(str(guard.expr) for guard in shape_env.guards),
+                sorted((str(k), str(v)) for k, v in shape_env.replacements.items()),
+                sorted((str(k), str(v)) for k, v in shape_env.var_to_range.items()),
+            )
+        )
     return {"cache_key_tag": f"{compiler_config.cache_key_tag}|thunder_core region sizes: {assumed}"}
 
 
