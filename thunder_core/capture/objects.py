@@ -331,15 +331,18 @@ def _holds_tracked(value, index: dict, depth: int = 0) -> bool:
     return False
 
 
-def holds_proxy(value, budget: int = 20_000) -> bool:
-    """Whether ``value`` holds a proxy: itself, or inside lists, tuples, dicts and plain objects
-    (``MAX_DEPTH`` levels deep, looking at ``budget`` values at most)."""
+def holds_proxy(value, budget: int = 20_000, owned: set[int] | None = None) -> bool:
+    """Whether ``value`` holds a proxy (one whose ``id`` is in ``owned``, if given): itself, or
+    inside lists, tuples, dicts and plain objects (``MAX_DEPTH`` levels deep, looking at
+    ``budget`` values at most)."""
     stack, seen = [(value, 0)], set()
     while stack and budget > 0:
         value, depth = stack.pop()
         budget -= 1
         if isinstance(value, TensorProxy):
-            return True
+            if owned is None or id(value) in owned:
+                return True
+            continue
         if depth > MAX_DEPTH or id(value) in seen:
             continue
         if isinstance(value, (list, tuple)):

@@ -14,7 +14,6 @@ from typing import NamedTuple
 import torch
 
 from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, job_cache_directory, open_disk_cache
-from thunder_core.errors import CaptureError
 from thunder_core.executors.background import compiling_in_background, foreground_compile, wants_background
 from thunder_core.executors.second_call import ProgramCalls, compiling_at_second_call
 from thunder_core.ir.symbols import _recorders
@@ -33,7 +32,7 @@ from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, 
 from thunder_core.jit.last_entry import LastEntryPaths, StructuredEntry, tensor_metadata_check
 from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
-from thunder_core.jit.side_effects import Concretizer, holds_proxy_of, proxies_of
+from thunder_core.jit.side_effects import check_side_effects
 from thunder_core.ops.kept_answers import metadata_kept_in
 from thunder_core.progress import compiling
 
@@ -748,57 +747,6 @@ def _model_compile_starting(executors) -> None:
             starting()
         except Exception:  # noqa: BLE001 - a set-up that fails fails again, and is reported, at the first region
             pass
-
-
-def check_side_effects(compiled: Compiled, namespaces) -> None:
-    """Refuse a capture that stored a traced tensor into Python state, make concrete the symbolic
-    sizes it stored there (``thunder_core.jit.side_effects``); note other changes it made.
-
-    Python values the function changes while it runs (a counter in ``self``, a global) were
-    guarded as they were before the call, so the next call sees the change and recompiles, as
-    eager would run the function anew.
-    """
-    guard = compiled.guard
-    try:
-        unchanged = guard.check() is None  # the usual answer, without compiling every check apart
-    except Exception:  # noqa: BLE001 - a check that raises is listed by failures() below
-        unchanged = False
-    changed = [] if unchanged else guard.failures()
-    owned = proxies_of(compiled.captured) if compiled.captured is not None else set()
-    leaked = [guard.descriptions[index][0] for index, current in changed if holds_proxy_of(current, owned)]
-    for namespace, owner in namespaces:
-        leaked += [f"{owner}.{key}" for key, value in list(namespace.items()) if holds_proxy_of(value, owned)]
-    if leaked:
-        raise CaptureError(
-            f"thunder_core.jit: while being captured, the function stored a tensor it computed into "
-            f"{leaked[0]}. A compiled trace cannot replay this Python side effect. Ways out: update an "
-            "existing tensor (a registered buffer) in place, e.g. self.buf.copy_(new); return the tensor "
-            "instead; or leave this function un-jitted."
-        )
-    if compiled.size_guard is not None:
-        _make_stored_sizes_concrete(compiled, namespaces)
-    if changed:
-        described = "; ".join(guard.describe(f) for f in changed[:3])
-        compiled.notes.append(
-            f"guards: the function changed Python state it reads ({described}); the next call recompiles"
-        )
-
-
-def _make_stored_sizes_concrete(compiled: Compiled, namespaces) -> None:
-    """Symbolic sizes the capture stored into Python state become this call's ints, and the
-    program is specialized on them (its size guard taken again)."""
-    concretizer = Concretizer(compiled.size_guard.sizes.shape_env)
-    for namespace, _ in namespaces:
-        for key, value in list(namespace.items()):
-            new = concretizer.concrete(value)
-            if new is not value:
-                namespace[key] = new
-    if concretizer.replaced:
-        compiled.size_guard = compiled.size_guard.taken_again()
-        compiled.notes.append(
-            "sizes: the function stored a size into Python state; this program is specialized on "
-            "the sizes it stored (another size compiles again, as its own Python would store another value)"
-        )
 
 
 def _dynamo_skips(*functions) -> None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from thunder_core.capture.objects import MAX_DEPTH, is_argument_object, object_items
+from thunder_core.capture.objects import MAX_DEPTH, holds_proxy, is_argument_object, object_items
+from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
 from thunder_core.ir.trace import Trace
 
@@ -37,37 +38,6 @@ def proxies_of(trace: Trace) -> set[int]:
         owned.update(id(p) for p in (*bsym.flat_args(), *bsym.flat_outputs()) if isinstance(p, TensorProxy))
         stack.extend(bsym.subsymbols)
     return owned
-
-
-def _items(value):
-    """The values inside a container the walk enters, or None."""
-    if isinstance(value, (list, tuple)):
-        return value
-    if isinstance(value, dict):
-        return value.values()
-    if is_argument_object(value):
-        return [v for _, v in object_items(value)]
-    return None
-
-
-def holds_proxy_of(value, owned: set[int]) -> bool:
-    """Whether ``value`` holds one of the ``owned`` proxies: itself, or inside lists, tuples,
-    dicts and plain objects (``MAX_DEPTH`` levels deep, ``_BUDGET`` values at most)."""
-    stack, seen, budget = [(value, 0)], set(), _BUDGET
-    while stack and budget > 0:
-        value, depth = stack.pop()
-        budget -= 1
-        if isinstance(value, TensorProxy):
-            if id(value) in owned:
-                return True
-            continue
-        if depth > MAX_DEPTH or id(value) in seen:
-            continue
-        items = _items(value)
-        if items is not None:
-            seen.add(id(value))
-            stack.extend((v, depth + 1) for v in items)
-    return False
 
 
 class Concretizer:
@@ -142,3 +112,58 @@ class Concretizer:
                 if new is not item:
                     attributes[name] = new  # as stored: no __setattr__, no property (a frozen dataclass too)
         return value
+
+
+def check_side_effects(compiled, namespaces) -> None:
+    """Refuse a capture that stored a traced tensor into Python state, make concrete the symbolic
+    sizes it stored there (``thunder_core.jit.side_effects``); note other changes it made.
+
+    Python values the function changes while it runs (a counter in ``self``, a global) were
+    guarded as they were before the call, so the next call sees the change and recompiles, as
+    eager would run the function anew.
+    """
+    guard = compiled.guard
+    try:
+        unchanged = guard.check() is None  # the usual answer, without compiling every check apart
+    except Exception:  # noqa: BLE001 - a check that raises is listed by failures() below
+        unchanged = False
+    changed = [] if unchanged else guard.failures()
+    owned = proxies_of(compiled.captured) if compiled.captured is not None else set()
+    leaked = [
+        guard.descriptions[index][0] for index, current in changed if holds_proxy(current, _BUDGET, owned)
+    ]
+    for namespace, owner in namespaces:
+        leaked += [
+            f"{owner}.{key}" for key, value in list(namespace.items()) if holds_proxy(value, _BUDGET, owned)
+        ]
+    if leaked:
+        raise CaptureError(
+            f"thunder_core.jit: while being captured, the function stored a tensor it computed into "
+            f"{leaked[0]}. A compiled trace cannot replay this Python side effect. Ways out: update an "
+            "existing tensor (a registered buffer) in place, e.g. self.buf.copy_(new); return the tensor "
+            "instead; or leave this function un-jitted."
+        )
+    if compiled.size_guard is not None:
+        _make_stored_sizes_concrete(compiled, namespaces)
+    if changed:
+        described = "; ".join(guard.describe(f) for f in changed[:3])
+        compiled.notes.append(
+            f"guards: the function changed Python state it reads ({described}); the next call recompiles"
+        )
+
+
+def _make_stored_sizes_concrete(compiled, namespaces) -> None:
+    """Symbolic sizes the capture stored into Python state become this call's ints, and the
+    program is specialized on them (its size guard taken again)."""
+    concretizer = Concretizer(compiled.size_guard.sizes.shape_env)
+    for namespace, _ in namespaces:
+        for key, value in list(namespace.items()):
+            new = concretizer.concrete(value)
+            if new is not value:
+                namespace[key] = new
+    if concretizer.replaced:
+        compiled.size_guard = compiled.size_guard.taken_again()
+        compiled.notes.append(
+            "sizes: the function stored a size into Python state; this program is specialized on "
+            "the sizes it stored (another size compiles again, as its own Python would store another value)"
+        )
