@@ -12,15 +12,18 @@ thunder_core/select=priority               # the claim order decides, without me
 thunder_core/dynamic=true                  # every size symbolic from the first call
 thunder_core/background=always             # compile_in_background="always" (or never)
 thunder_core/regions=maximal               # the Inductor executor's regions="maximal" (matmuls and attention too)
+thunder_core/cpp_wrapper=true              # the Inductor executor's cpp_wrapper=True (a region's call path in C++)
 torch.compile/dynamic=true                 # torch.compile(dynamic=True); also with a backend or mode
 torch.compile(backend=thunder_core)/background=always   # options={"compile_in_background": "always"}
 torch.compile(backend=thunder_core)/regions=maximal     # options={"options": {"inductor": {"regions": "maximal"}}}
+torch.compile(backend=thunder_core)/cpp_wrapper=true    # options={"options": {"inductor": {"cpp_wrapper": True}}}
 """
 
 from __future__ import annotations
 
 import re
 
+INDUCTOR_SETTINGS = ("regions", "cpp_wrapper")  # the Inductor executor's options a spec may set
 _EXECUTOR = re.compile(r"^(?P<name>[\w-]+)(?:\((?P<options>[^)]*)\))?$")
 
 
@@ -56,9 +59,9 @@ def thunder_core_arguments(spec: str) -> dict:
         key, equals, value = item.partition("=")
         if equals and key in names:
             settings[names[key]] = _value(value)
-        elif equals and key == "regions":
+        elif equals and key in INDUCTOR_SETTINGS:
             options = options or {}
-            options.setdefault("inductor", {})["regions"] = value
+            options.setdefault("inductor", {})[key] = _value(value)
         else:
             plugins.append(item)
     return {"executors": executors, "options": options or None, "plugins": plugins or None, **settings}
@@ -81,11 +84,15 @@ def torch_compile_arguments(spec: str) -> dict:
             arguments.setdefault("options", {})["compile_in_background"] = value
         elif key == "dynamic":
             arguments["dynamic"] = _value(value)
-        elif key == "regions" and arguments.get("backend") == "thunder_core":
-            arguments.setdefault("options", {})["options"] = {"inductor": {"regions": value}}
+        elif key in INDUCTOR_SETTINGS and arguments.get("backend") == "thunder_core":
+            inductor = (
+                arguments.setdefault("options", {}).setdefault("options", {}).setdefault("inductor", {})
+            )
+            inductor[key] = _value(value)
         else:
             raise ValueError(
-                f"{item!r} is not a setting of {head!r} (dynamic=..., and background=... or regions=... with thunder_core)"
+                f"{item!r} is not a setting of {head!r} (dynamic=..., and background=..., regions=... or "
+                "cpp_wrapper=... with thunder_core)"
             )
     return arguments
 

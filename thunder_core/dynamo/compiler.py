@@ -406,16 +406,24 @@ class _ThunderPart:
     ``readings``: Dynamo's size inputs that the thunder_core part reads from its tensors instead
     (``_sizes_read_from_tensors``), left out of its arguments. Each call checks that they equal
     what the part reads; if one ever does not, the part is compiled again from Dynamo's graph as
-    it is (``unsized()``, sizes as ints) and runs that way from then on."""
+    it is (``unsized()``, sizes as ints) and runs that way from then on. ``numbers``: the
+    positions of 0-d tensors read as Python numbers first (``_numbers_read_from_inputs``), when
+    the part is Dynamo's whole graph.
+
+    Called on every run of the compiled graph, so it goes straight to the part's jitted function
+    (``ThunderModule._forward``) unless hooks were registered on the part itself.
+    """
 
     def __init__(
         self, part: ThunderModule, gm: fx.GraphModule, record: GraphRecord, name: str, readings, unsized
     ):
         self.part, self.gm, self.record, self.name = part, gm, record, name
-        self.run = part
+        self.eager = False  # capturing it failed: Dynamo's graph runs as it is
         self.readings: dict[int, _SizeReading] = readings
+        self.numbers: list[int] = []
         self._unsized = unsized
-        self._kept: list[int] | None = None  # the positions of the arguments passed on, once known
+        inputs = len(gm.graph.find_nodes(op="placeholder"))
+        self._kept = [i for i in range(inputs) if i not in readings]  # the arguments passed on
 
     def _sizes_agree(self, args) -> bool:
         try:
@@ -424,28 +432,34 @@ class _ThunderPart:
             return False
 
     def __call__(self, *args):
-        if self.run is self.gm:
+        if self.numbers:
+            args = list(args)
+            for i in self.numbers:
+                args[i] = args[i].item()
+        if self.eager:
             return self.gm(*args)
+        part, given = self.part, args
         try:
             if self.readings:
                 if self._sizes_agree(args):
-                    kept = self._kept
-                    if kept is None:
-                        kept = self._kept = [i for i in range(len(args)) if i not in self.readings]
-                    return self.run(*[args[i] for i in kept])
-                self.record.notes.append(
-                    f"{self.name}: a size Dynamo passed differs from the tensor dimension it was read from "
-                    "(a view changed in place later in the graph?); the part takes the sizes as ints from now on"
-                )
-                self.readings, self.run = {}, self._unsized()
-                self.part = self.record.compiled[self.name] = self.run
-            return self.run(*args)
+                    given = [args[i] for i in self._kept]
+                else:
+                    self.record.notes.append(
+                        f"{self.name}: a size Dynamo passed differs from the tensor dimension it was read "
+                        "from (a view changed in place later in the graph?); the part takes the sizes as "
+                        "ints from now on"
+                    )
+                    self.readings, part = {}, self._unsized()
+                    self.part = self.record.compiled[self.name] = part
+            if not part.calls_directly():
+                return part(*given)  # hooks registered on the part: nn.Module's call runs them
+            return part._forward(*given)
         except (CaptureError, DataDependentError) as error:
             first = str(error).splitlines()[0][:240]
             self.record.notes.append(
                 f"{self.name}: thunder_core could not capture it ({type(error).__name__}: {first}); it runs eagerly"
             )
-            self.run = self.gm
+            self.eager = True
             return self.gm(*args)
 
 
@@ -490,7 +504,11 @@ class ThunderCompiler:
     def __call__(self, gm: fx.GraphModule, example_inputs, **kwargs):
         gm, numbers = _numbers_read_from_inputs(gm)
         compiled = self._compile_graph(gm, example_inputs)
-        return _ReadingNumbers(compiled, numbers) if numbers else compiled
+        if numbers and isinstance(compiled, _ThunderPart):
+            compiled.numbers = sorted(numbers)  # read by the part itself: one call less per run
+        elif numbers:
+            compiled = _ReadingNumbers(compiled, numbers)
+        return compiled
 
     def _compile_graph(self, gm: fx.GraphModule, example_inputs):
         owner = _owner_of_compile()

@@ -464,6 +464,11 @@ class ThunderModule(nn.Module):
                 result = changed
         return result
 
+    def calls_directly(self) -> bool:
+        """Whether a call may go straight to the jitted function (``_forward``): nothing lazy to
+        initialize and no hooks registered on this module itself."""
+        return not self._lazy and not any(getattr(self, key) for key in _OWN_HOOKS)
+
     def forward(self, *args, **kwargs):
         if self._lazy:
             return self._initializing_call(*args, **kwargs)

@@ -784,3 +784,24 @@ def test_a_linear_whose_weight_transpose_went_back_to_torch_runs_whole():
     assert ("linear", "torch") in names and not any(n in ("matmul", "permute") for n, _ in names), names
     (report,) = thunder_core.explain(jfn).for_symbol("torch.nn.functional.linear")
     assert report.executor == "torch"
+
+
+@pytest.mark.parametrize("cpp_wrapper", [False, True], ids=["python-wrapper", "cpp-wrapper"])
+def test_a_symbolic_region_given_other_strides_than_compiled_for_runs_its_operations(cpp_wrapper):
+    # The generated code asserts its inputs' strides (an AssertionError in Python, a RuntimeError
+    # from cpp_wrapper's C++): either way the region's own operations give the result.
+    from thunder_executor_inductor._backend import _compile_symbolic
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    def region(x):
+        return ((x.sin() * 2).cumsum(1),)
+
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.DYNAMIC])
+    example = fake_mode.from_tensor(torch.randn(5, 6), symbolic_context=dynamic)
+    compiled = _compile_symbolic(region, [example], {"cpp_wrapper": True} if cpp_wrapper else {})
+    contiguous = torch.randn(7, 3)
+    torch.testing.assert_close(compiled(contiguous)[0], region(contiguous)[0])
+    transposed = torch.randn(3, 7).t()  # sizes the code takes, strides it was not compiled for
+    torch.testing.assert_close(compiled(transposed)[0], region(transposed)[0])
