@@ -557,3 +557,18 @@ def test_a_sliced_result_of_a_jitted_function_has_eagers_strides():
     for got, want in zip(thunder_core.jit(last_rows, executors=["inductor"])(x, cos), last_rows(x, cos)):
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
+
+
+def test_cache_info_of_a_torch_compile_object_adds_up_its_thunder_core_parts():
+    def fn(x):
+        y = (x.sin() * 2).sum(0)
+        print("a graph break")
+        return y.cos()
+
+    opt = compiled(fn)
+    x = torch.randn(5, 3)
+    for _ in range(3):
+        torch.testing.assert_close(opt(x), fn(x))
+    info = thunder_core.cache_info(opt)
+    assert (info.entries, info.misses, info.hits) == (2, 2, 4)  # a part before the break and one after
+    assert info.reasons == ("graph 0 submod_0: first call", "graph 1 submod_0: first call")

@@ -84,5 +84,22 @@ def last_blocks(jfn) -> list[BlockProgram]:
 
 
 def cache_info(jfn) -> CacheInfo:
-    """Hits, misses and entries of a jitted function's cache of compiled traces."""
-    return _function(jfn).cache_info()
+    """Hits, misses and entries of a jitted function's cache of compiled traces.
+
+    For a ``torch.compile(..., backend="thunder_core")`` object: those of every thunder_core
+    part of the graphs Dynamo handed over, added up (each reason names its graph and part).
+    Dynamo's own recompiles, decided by its guards, are in ``thunder_core.explain``.
+    """
+    report = compile_report(jfn)
+    if report is None:
+        return _function(jfn).cache_info()
+    parts = [(record, name, part._forward.cache_info()) for record, name, part in report.thunder_parts()]
+    return CacheInfo(
+        hits=sum(info.hits for _, _, info in parts),
+        misses=sum(info.misses for _, _, info in parts),
+        entries=sum(info.entries for _, _, info in parts),
+        reasons=tuple(
+            f"graph {record.index} {name}: {reason}" for record, name, info in parts for reason in info.reasons
+        ),
+        disk_hits=sum(info.disk_hits for _, _, info in parts),
+    )
