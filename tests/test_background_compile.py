@@ -92,6 +92,34 @@ def test_a_region_runs_its_torch_operations_until_its_compile_is_done_then_the_c
     assert executor.calls == 2  # the compiled region ran, on the main thread's calls
 
 
+@pytest.mark.parametrize("waited", [True, False], ids=["wait_for_compiles", "next-call"])
+def test_while_a_region_compiles_the_program_thread_leaves_the_worker_a_core(waited):
+    # OpenMP threads of the program's operations that wait for a core the worker holds made a
+    # decoding step take up to a second instead of milliseconds on a 2-core CPU.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        executor = GatedRegions()
+        x = torch.randn(4, 3)
+        program = _claimed(executor, x).python_callable()
+        torch.testing.assert_close(program(x), f(x))  # the compile waits at the gate
+        assert torch.get_num_threads() == 1
+        executor.gate.set()
+        if waited:
+            assert thunder_core.wait_for_compiles(timeout=60)
+        else:
+            deadline = time.monotonic() + 60
+            while background.compiles_pending() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert torch.get_num_threads() == 1  # given back by the thread that lowered it, on its next call
+            torch.testing.assert_close(program(x), f(x))
+        assert torch.get_num_threads() == 2
+        torch.testing.assert_close(program(x), f(x))
+        assert executor.calls >= 1 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_outside_the_background_the_region_is_compiled_before_the_program_runs():
     executor = GatedRegions()
     executor.gate.set()

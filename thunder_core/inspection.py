@@ -99,7 +99,9 @@ def cache_info(jfn) -> CacheInfo:
         misses=sum(info.misses for _, _, info in parts),
         entries=sum(info.entries for _, _, info in parts),
         reasons=tuple(
-            f"graph {record.index} {name}: {reason}" for record, name, info in parts for reason in info.reasons
+            f"graph {record.index} {name}: {reason}"
+            for record, name, info in parts
+            for reason in info.reasons
         ),
         disk_hits=sum(info.disk_hits for _, _, info in parts),
     )

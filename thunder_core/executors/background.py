@@ -37,6 +37,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import importlib
+import sys
 import threading
 import time
 from collections import deque
@@ -200,7 +201,45 @@ def wait_for_compiles(timeout: float | None = None) -> bool:
     Programs compiled in the background (``compile_in_background``) run their regions with
     torch until then: call this before timing a steady state.
     """
-    return _worker.wait(timeout)
+    finished = _worker.wait(timeout)
+    _program_threads.restore_when_idle()
+    return finished
+
+
+class _ProgramThreads:
+    """PyTorch's intra-op threads of a thread that runs programs while the worker compiles.
+
+    The operations of a region waiting for its compile run with torch on the program's thread,
+    each on ``torch.get_num_threads()`` OpenMP threads, which wait for one another at its end.
+    With the worker (and the compiler processes it starts) busy on one of those cores, a thread
+    of each operation waits to be scheduled: on a 2-core CPU a decoding step of a few hundred
+    small operations took from a few milliseconds to a second, one fresh process in two, which
+    made a first generate 2.6 s or 8.3 s. So while a compile runs, a thread running such a
+    region uses one intra-op thread less (at least one), and gets its count back at its first
+    call of a region once the worker is idle (or in ``wait_for_compiles``). OpenMP keeps the
+    count per thread, so each thread lowers and restores its own.
+    """
+
+    def __init__(self):
+        self._before: dict[int, int] = {}  # thread ident -> its intra-op threads before
+
+    def leave_a_core(self) -> None:
+        ident = threading.get_ident()
+        if ident in self._before or _worker.idle():
+            return
+        threads = torch.get_num_threads()
+        if threads > 1:
+            self._before[ident] = threads
+            torch.set_num_threads(threads - 1)
+
+    def restore_when_idle(self) -> None:
+        threads = self._before.get(threading.get_ident())
+        if threads is not None and _worker.idle():
+            del self._before[threading.get_ident()]
+            torch.set_num_threads(threads)
+
+
+_program_threads = _ProgramThreads()
 
 
 def compiles_pending() -> bool:
@@ -260,6 +299,12 @@ _foreground = _ForegroundCompiles()
 _FOREGROUND_WAIT_S = 60.0
 #: How long after a foreground compile the worker still waits before starting one.
 _QUIET_S = 0.25
+#: The interpreter's switch interval while the worker compiles (Python's default is 5 ms). Every
+#: torch operation of the program lets the interpreter lock go while it computes; a compile,
+#: mostly Python, takes it then, and the program's thread gets it back only when the compile is
+#: made to let go, after the switch interval: 5 ms per operation made a decoding step of a few
+#: hundred operations take most of a second while a compile ran, instead of milliseconds.
+_SWITCH_INTERVAL_S = 0.0002
 #: How long the worker pauses after each compile, so that a thread waiting for a lock it let go
 #: gets it (locks are not handed over in order: the worker would take them again at once).
 _HANDOVER_S = 0.01
@@ -308,9 +353,12 @@ class _BesideDynamo:
         except BaseException:
             self._release()
             raise
+        self._interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._interval, _SWITCH_INTERVAL_S))
 
     def __exit__(self, *exc_info) -> None:
         try:
+            sys.setswitchinterval(self._interval)
             _set_dynamo_refusal(self._refusal)
         finally:
             self._release()
@@ -398,7 +446,13 @@ class BackgroundCompile:
             importlib.import_module("torch._dynamo")  # here, not on the worker (Inductor has imported it)
             _worker.submit(self._compile_on_worker)
         elif self.state == "compiled":
+            _program_threads.restore_when_idle()
             return self._first_compiled_call(args)
+        elif self.state.startswith("torch"):  # the compile failed or declined: torch from now on
+            _program_threads.restore_when_idle()
+            self._compiled = self._fallback
+            return self._fallback(*args)
+        _program_threads.leave_a_core()
         return self._fallback(*args)
 
     def _first_compiled_call(self, args):
@@ -445,4 +499,5 @@ class BackgroundCompile:
     def _keep_torch(self, reason: str) -> None:
         self.failure = reason
         self.state = f"torch: {reason}"
-        self._compiled = self._fallback
+        if not on_compile_worker():  # on the worker: the region's next call takes its torch operations
+            self._compiled = self._fallback
