@@ -37,7 +37,6 @@ from __future__ import annotations
 import atexit
 import contextvars
 import importlib
-import sys
 import threading
 import time
 from collections import deque
@@ -299,12 +298,6 @@ _foreground = _ForegroundCompiles()
 _FOREGROUND_WAIT_S = 60.0
 #: How long after a foreground compile the worker still waits before starting one.
 _QUIET_S = 0.25
-#: The interpreter's switch interval while the worker compiles (Python's default is 5 ms). Every
-#: torch operation of the program lets the interpreter lock go while it computes; a compile,
-#: mostly Python, takes it then, and the program's thread gets it back only when the compile is
-#: made to let go, after the switch interval: 5 ms per operation made a decoding step of a few
-#: hundred operations take most of a second while a compile ran, instead of milliseconds.
-_SWITCH_INTERVAL_S = 0.0002
 #: How long the worker pauses after each compile, so that a thread waiting for a lock it let go
 #: gets it (locks are not handed over in order: the worker would take them again at once).
 _HANDOVER_S = 0.01
@@ -353,12 +346,9 @@ class _BesideDynamo:
         except BaseException:
             self._release()
             raise
-        self._interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._interval, _SWITCH_INTERVAL_S))
 
     def __exit__(self, *exc_info) -> None:
         try:
-            sys.setswitchinterval(self._interval)
             _set_dynamo_refusal(self._refusal)
         finally:
             self._release()
