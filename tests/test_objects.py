@@ -502,40 +502,6 @@ def test_sizes_a_function_stores_in_python_state_are_eagers_ints(dynamic, monkey
     assert SIZES_SEEN == seen_by_eager and all(type(v) is int for v in SIZES_SEEN)
 
 
-class _SlottedCounter:
-    __slots__ = ("rows",)
-
-    def __init__(self):
-        self.rows = 0
-
-
-SLOTTED = _SlottedCounter()
-
-
-@pytest.mark.parametrize("dynamic", [None, True])
-def test_sizes_stored_in_a_closure_cell_or_a_slot_are_eagers_ints(dynamic):
-    """``nonlocal`` and ``__slots__`` storage reached by the function get the int eager stores."""
-
-    def make():
-        last = 0
-
-        def f(x):
-            nonlocal last
-            last = x.shape[0] + 1
-            SLOTTED.rows = x.shape[0] * 3
-            return x * 2
-
-        return f, lambda: last
-
-    f, last = make()
-    jitted = thunder_core.jit(f, dynamic=dynamic)
-    for n in (4, 4, 5, 7):
-        x = torch.randn(n, 3)
-        torch.testing.assert_close(jitted(x), x * 2)
-        assert last() == n + 1 and type(last()) is int
-        assert SLOTTED.rows == n * 3 and type(SLOTTED.rows) is int
-
-
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_a_returned_shape_is_a_torch_size(dynamic):
     def scaled_with_shape(x):

@@ -200,45 +200,28 @@ def wait_for_compiles(timeout: float | None = None) -> bool:
     Programs compiled in the background (``compile_in_background``) run their regions with
     torch until then: call this before timing a steady state.
     """
-    finished = _worker.wait(timeout)
-    _program_threads.restore_when_idle()
-    return finished
+    return _worker.wait(timeout)
 
 
-class _ProgramThreads:
-    """PyTorch's intra-op threads of a thread that runs programs while the worker compiles.
+def _leaving_the_worker_a_core(fallback: Callable, args: tuple):
+    """``fallback(*args)`` (a region's torch operations) on one intra-op thread less while the
+    worker compiles (at least one; the thread's count is restored after).
 
-    The operations of a region waiting for its compile run with torch on the program's thread,
-    each on ``torch.get_num_threads()`` OpenMP threads, which wait for one another at its end.
-    With the worker (and the compiler processes it starts) busy on one of those cores, a thread
-    of each operation waits to be scheduled: on a 2-core CPU a decoding step of a few hundred
-    small operations took from a few milliseconds to a second, one fresh process in two, which
-    made a first generate 2.6 s or 8.3 s. So while a compile runs, a thread running such a
-    region uses one intra-op thread less (at least one), and gets its count back at its first
-    call of a region once the worker is idle (or in ``wait_for_compiles``). OpenMP keeps the
-    count per thread, so each thread lowers and restores its own.
+    Each of those operations runs on ``torch.get_num_threads()`` OpenMP threads, which wait for
+    one another at its end; with the worker, and the compiler processes it starts, busy on one of
+    the cores, one of them waits to be scheduled. On a 2-core CPU a decoding step of a few hundred
+    small operations took up to a second instead of milliseconds so, in one fresh process in two
+    (a first generate of 2.6 s or 8.3 s). OpenMP keeps the count per thread: it is set on the
+    thread that runs the operations.
     """
-
-    def __init__(self):
-        self._before: dict[int, int] = {}  # thread ident -> its intra-op threads before
-
-    def leave_a_core(self) -> None:
-        ident = threading.get_ident()
-        if ident in self._before or _worker.idle():
-            return
-        threads = torch.get_num_threads()
-        if threads > 1:
-            self._before[ident] = threads
-            torch.set_num_threads(threads - 1)
-
-    def restore_when_idle(self) -> None:
-        threads = self._before.get(threading.get_ident())
-        if threads is not None and _worker.idle():
-            del self._before[threading.get_ident()]
-            torch.set_num_threads(threads)
-
-
-_program_threads = _ProgramThreads()
+    threads = torch.get_num_threads()
+    if threads == 1 or _worker.idle():
+        return fallback(*args)
+    torch.set_num_threads(threads - 1)
+    try:
+        return fallback(*args)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def compiles_pending() -> bool:
@@ -436,14 +419,8 @@ class BackgroundCompile:
             importlib.import_module("torch._dynamo")  # here, not on the worker (Inductor has imported it)
             _worker.submit(self._compile_on_worker)
         elif self.state == "compiled":
-            _program_threads.restore_when_idle()
             return self._first_compiled_call(args)
-        elif self.state.startswith("torch"):  # the compile failed or declined: torch from now on
-            _program_threads.restore_when_idle()
-            self._compiled = self._fallback
-            return self._fallback(*args)
-        _program_threads.leave_a_core()
-        return self._fallback(*args)
+        return _leaving_the_worker_a_core(self._fallback, args)
 
     def _first_compiled_call(self, args):
         try:
@@ -489,5 +466,4 @@ class BackgroundCompile:
     def _keep_torch(self, reason: str) -> None:
         self.failure = reason
         self.state = f"torch: {reason}"
-        if not on_compile_worker():  # on the worker: the region's next call takes its torch operations
-            self._compiled = self._fallback
+        self._compiled = self._fallback

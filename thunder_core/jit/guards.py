@@ -53,7 +53,6 @@ from thunder_core.capture.reads import (
 )
 from thunder_core.errors import CaptureError
 from thunder_core.jit.dict_versions import class_table, dict_version, install_version_checks
-from thunder_core.jit.side_effects import CellNamespace, SlotsNamespace
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "(absent)"})()
 
@@ -425,7 +424,6 @@ class GuardBuilder:
             except ValueError:  # an empty cell (a name assigned later): nothing read yet
                 continue
             cell_ref = self.bind(cell, "c")
-            self.namespaces.append((CellNamespace(cell, cell_name), f"the closure of {what}"))
             self.value(f"{cell_ref}.cell_contents", content, f"{cell_name} (closure of {what})", depth)
         if fn.__defaults__:
             self.value(f"{name}.__defaults__", fn.__defaults__, f"defaults of {what}", depth)
@@ -439,10 +437,7 @@ class GuardBuilder:
             d = self.bind(attributes, "d")
             self.namespaces.append((attributes, what))
             self._dict_items(d, attributes, what, depth, attributes=True)
-        slots = _slots(type(obj))
-        if slots:
-            self.namespaces.append((SlotsNamespace(obj, slots), what))
-        for slot in slots:
+        for slot in _slots(type(obj)):
             value = getattr(obj, slot, MISSING)
             self.value(f"getattr({name}, {slot!r}, MISSING)", value, f"{what}.{slot}", depth)
 

@@ -28,38 +28,6 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _BUDGET = 20_000  # values looked at per namespace entry, at most
 
 
-class CellNamespace:
-    """A closure cell (``nonlocal count``) as a namespace of one entry, for the checks of what a
-    capture stored (``check_side_effects`` reads ``items()`` and writes by key)."""
-
-    def __init__(self, cell, name: str):
-        self._cell, self._name = cell, name
-
-    def items(self) -> list[tuple[str, object]]:
-        try:
-            return [(self._name, self._cell.cell_contents)]
-        except ValueError:  # an empty cell
-            return []
-
-    def __setitem__(self, key: str, value) -> None:
-        self._cell.cell_contents = value
-
-
-class SlotsNamespace:
-    """The ``__slots__`` attributes of an object as a namespace (written past any ``__setattr__``)."""
-
-    def __init__(self, obj, slots: list[str]):
-        self._obj, self._slots = obj, slots
-
-    def items(self) -> list[tuple[str, object]]:
-        missing = object()
-        values = [(slot, getattr(self._obj, slot, missing)) for slot in self._slots]
-        return [(slot, value) for slot, value in values if value is not missing]
-
-    def __setitem__(self, key: str, value) -> None:
-        object.__setattr__(self._obj, key, value)
-
-
 def proxies_of(trace: Trace) -> set[int]:
     """The identities of the tensor proxies a capture made: its inputs and every value its
     operations (and their decompositions) read or produce."""
