@@ -114,6 +114,28 @@ def test_while_a_region_compiles_its_torch_operations_leave_the_worker_a_core():
         torch.set_num_threads(threads)
 
 
+def test_the_worker_compiles_with_the_intra_op_threads_of_the_program_that_handed_the_compile_over():
+    # Inductor writes the compiling thread's count into its kernels: a worker that first computed
+    # while a region's operations had lowered the process-wide count would compile for too few.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        background._worker.submit(lambda: torch.set_num_threads(1))  # a worker left on one thread
+        assert thunder_core.wait_for_compiles(timeout=60)
+        seen = []
+        executor = GatedRegions(assume=None)
+        executor.gate.set()
+        original = executor.compile_region
+        executor.compile_region = lambda region: (seen.append(torch.get_num_threads()), original(region))[1]
+        x = torch.randn(4, 3)
+        program = _claimed(executor, x).python_callable()
+        torch.testing.assert_close(program(x), f(x))
+        assert thunder_core.wait_for_compiles(timeout=60)
+        assert seen == [2]
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_outside_the_background_the_region_is_compiled_before_the_program_runs():
     executor = GatedRegions()
     executor.gate.set()

@@ -93,7 +93,9 @@ def cache_info(jfn) -> CacheInfo:
     report = compile_report(jfn)
     if report is None:
         return _function(jfn).cache_info()
-    parts = [(record, name, part._forward.cache_info()) for record, name, part in report.thunder_parts()]
+    with report.lock:  # Dynamo may be adding a graph on another thread
+        found = report.thunder_parts()
+    parts = [(record, name, part._forward.cache_info()) for record, name, part in found]
     return CacheInfo(
         hits=sum(info.hits for _, _, info in parts),
         misses=sum(info.misses for _, _, info in parts),

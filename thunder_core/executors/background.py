@@ -149,11 +149,14 @@ class _Worker:
         self._busy = False
         self.thread: threading.Thread | None = None
         self._closing = False
+        self._threads = 1  # the intra-op threads of the thread that submitted the last job
 
     def submit(self, job: Callable[[], None]) -> None:
+        threads = torch.get_num_threads()  # the program's, before its regions' operations lower it
         with self._condition:
             if self._closing:
                 return
+            self._threads = threads
             self._jobs.append(job)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="thunder-core-compile", daemon=True)
@@ -169,6 +172,12 @@ class _Worker:
                     self._condition.wait()
                 job = self._jobs.popleft()
                 self._busy = True
+                threads = self._threads
+            if torch.get_num_threads() != threads:
+                # Inductor writes this thread's count into the kernels it compiles; a thread takes
+                # PyTorch's process-wide count when it first computes, which a region's operations
+                # may have lowered at that moment (_leaving_the_worker_a_core)
+                torch.set_num_threads(threads)
             try:
                 job()  # BackgroundCompile keeps its torch operations on any failure of its compile
             except BaseException:  # noqa: BLE001 - the worker outlives any job, or waiting would never end
@@ -209,10 +218,11 @@ def _leaving_the_worker_a_core(fallback: Callable, args: tuple):
 
     Each of those operations runs on ``torch.get_num_threads()`` OpenMP threads, which wait for
     one another at its end; with the worker, and the compiler processes it starts, busy on one of
-    the cores, one of them waits to be scheduled. On a 2-core CPU a decoding step of a few hundred
-    small operations took up to a second instead of milliseconds so, in one fresh process in two
-    (a first generate of 2.6 s or 8.3 s). OpenMP keeps the count per thread: it is set on the
-    thread that runs the operations.
+    the cores, one of them waits to be scheduled, and a decoding step of a few hundred small
+    operations took hundreds of times as long (on a 2-core CPU, in about one fresh process in
+    two). OpenMP keeps the count per thread: it is set on the thread that runs the operations
+    (which also sets PyTorch's process-wide count, read by threads that start meanwhile: the
+    worker sets its own before each compile).
     """
     threads = torch.get_num_threads()
     if threads == 1 or _worker.idle():

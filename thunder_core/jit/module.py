@@ -467,7 +467,13 @@ class ThunderModule(nn.Module):
     def calls_directly(self) -> bool:
         """Whether a call may go straight to the jitted function (``_forward``): nothing lazy to
         initialize and no hooks registered on this module itself."""
-        return not self._lazy and not any(getattr(self, key) for key in _OWN_HOOKS)
+        return not (
+            self._lazy
+            or self._forward_hooks
+            or self._forward_pre_hooks
+            or self._backward_hooks
+            or self._backward_pre_hooks
+        )
 
     def forward(self, *args, **kwargs):
         if self._lazy:

@@ -446,7 +446,8 @@ def _compile_symbolic(fn, examples: list, options: dict):
     import torch.compiler.config as compiler_config
 
     with torch._inductor.config.patch(options), compiler_config.patch(_size_assumptions(examples)):
-        if _mutates(graph):
+        mutates = _mutates(graph)
+        if mutates:
             with enable_python_dispatcher():
                 graph = make_fx(fn, tracing_mode="fake")(*examples)
             no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
@@ -470,8 +471,8 @@ def _compile_symbolic(fn, examples: list, options: dict):
         except AssertionError:  # Inductor's stride assertion: other strides than traced
             return tuple(fn(*args))
         except RuntimeError as error:  # the same assertion in a cpp_wrapper module
-            if not _failed_size_assertion(error):
-                raise
+            if mutates or not _failed_size_assertion(error):
+                raise  # a graph that writes in place may have written before a check inside it
             return tuple(fn(*args))
 
     return run
