@@ -37,6 +37,9 @@ _PLAIN_LEAVES = (
     type(None),
     torch.dtype,
     torch.device,
+    torch.SymInt,  # a size or int of a symbolic capture: the program computes it on every call
+    torch.SymFloat,
+    torch.SymBool,
 )
 
 
@@ -87,7 +90,10 @@ class _InputBuilder:
             self.objects.input_routes[id(proxy)] = route
             return proxy
         if isinstance(x, (bool, int, float, complex)):
-            self.inputs.append(NumberProxy(self._name(path), x))
+            name = self._name(path)
+            if self._sizes is not None:  # an int it makes symbolic: the program sees a SymInt
+                x = self._sizes.number(x, len(self.inputs), name)
+            self.inputs.append(NumberProxy(name, x))
             return x
         if type(x) is list or type(x) is dict or is_argument_object(x):
             kind = "list" if type(x) is list else "dict" if type(x) is dict else "object"

@@ -365,7 +365,7 @@ class _SpecBuilder:
         self._index = index
         self._input_routes = input_routes
         self.given: list[tuple] = []  # routes of argument tensors stored as they are
-        self.tensors: list[TensorProxy] = []
+        self.tensors: list = []  # TensorProxy, or SymInt/SymFloat/SymBool: the trace returns them
         self._positions: dict[int, int] = {}
         self.containers: set[int] = set()
         self._made: dict[int, int] = {}  # id of an object the function created -> its ordinal
@@ -379,17 +379,14 @@ class _SpecBuilder:
         if isinstance(value, TensorProxy) and self._input_routes.get(id(value)):
             self.given.append(self._input_routes[id(value)])
             return ("given", len(self.given) - 1)
-        if isinstance(value, TensorProxy):
+        if isinstance(value, (TensorProxy, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # a tensor the program computes, or a size or int of a symbolic capture (its value
+            # for each call): both are outputs of the trace
             position = self._positions.get(id(value))
             if position is None:
                 position = self._positions[id(value)] = len(self.tensors)
                 self.tensors.append(value)
             return ("tensor", position)
-        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise CaptureError(
-                f"thunder_core.jit: the function stores a symbolic size into {_route_text(route)}; "
-                "sizes stored into argument objects are fixed (the program compiles for each)"
-            )
         if fresh and isinstance(value, types.MethodType) and holds_proxy(value.__self__):
             raise CaptureError(
                 f"thunder_core.jit: {_route_text(route)} holds a new {_made_by(route)} with a method bound to an object "

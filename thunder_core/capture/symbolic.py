@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 import torch
 
+from thunder_core.ir.proxies import NumberProxy
 from thunder_core.ir.symbolic import name_symbols, size_symbols
 
 _active: contextvars.ContextVar[SymbolicSizes | None] = contextvars.ContextVar("symbolic_sizes", default=None)
@@ -35,20 +36,31 @@ def sizes_of(values) -> SymbolicSizes | None:
     if sizes is not None:
         return sizes
     for value in values:
-        for size in (*value.shape, *value.stride()) if isinstance(value, torch.Tensor) else (value,):
+        if isinstance(value, NumberProxy):
+            value = value.value  # an int input the trace takes symbolic holds its SymInt
+        if isinstance(value, torch.Tensor):
+            sizes = (*value.shape, *value.stride())
+        elif isinstance(value, slice):  # x[:n] with a symbolic int
+            sizes = (value.start, value.stop, value.step)
+        else:
+            sizes = (value,)
+        for size in sizes:
             if isinstance(size, torch.SymInt):
                 return getattr(size.node.shape_env, "thunder_core_sizes", None)
     return None
 
 
 class SymbolicSizes:
-    """One capture's ``ShapeEnv``: symbolic sizes for ``dims[input position]`` of its inputs."""
+    """One capture's ``ShapeEnv``: symbolic sizes for ``dims[input position]`` of its inputs,
+    and symbolic values for its int inputs at the positions ``ints``."""
 
-    def __init__(self, dims: dict[int, frozenset[int]]):
+    def __init__(self, dims: dict[int, frozenset[int]], ints: frozenset[int] = frozenset()):
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         self.dims = dims
+        self.ints = ints
+        self.int_values: dict[int, object] = {}  # input position -> its SymInt (or int, if specialized)
         self.shape_env = ShapeEnv()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=False)
         self.fakes: dict[int, torch.Tensor] = {}  # input position -> its fake tensor
@@ -76,13 +88,40 @@ class SymbolicSizes:
         self.names[position] = name
         return fake.shape, fake.stride()
 
+    def number(self, value: int, position: int, name: str):
+        """The int input at ``position``: a ``SymInt`` if it is one of ``ints`` (its value is the
+        hint, and the program's comparisons on it become guards), else ``value`` itself. Unlike a
+        size it may be negative, 0 or 1: nothing is assumed of its sign."""
+        if position not in self.ints or type(value) is not int:
+            return value
+        from torch._dynamo.source import LocalSource
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        source = LocalSource(name)
+        symbol = self.shape_env.create_symbol(
+            value, source=source, dynamic_dim=DimDynamic.DYNAMIC, positive=None
+        )
+        symint = self.shape_env.create_symintnode(symbol, hint=value, source=source)
+        self.int_values[position] = symint
+        self.names[position] = name
+        return symint
+
+    def symbolic_ints(self) -> frozenset[int]:
+        """The positions of the int inputs that are still symbolic (not specialized by the program)."""
+        return frozenset(
+            p for p, v in self.int_values.items() if isinstance(v, torch.SymInt) and v.node.expr.free_symbols
+        )
+
     def name_sizes(self, inputs) -> None:
         """Name the size symbols ``s0, s1, ...`` in the order the trace's inputs bind them (after
         capture: sizes the program found equal share one symbol)."""
         name_symbols(self.shape_env, [symbol for symbol, _, _ in size_symbols(inputs)])
 
     def fake(self, x):
-        """A fake tensor with ``x``'s (possibly symbolic) metadata, for running an operation."""
+        """A fake tensor with ``x``'s (possibly symbolic) metadata, for running an operation (an
+        int input's ``NumberProxy``: its value, a SymInt)."""
+        if isinstance(x, NumberProxy):
+            return x.value
         if isinstance(x, torch.Tensor):
             with self.fake_mode:
                 return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
@@ -104,8 +143,8 @@ class SymbolicSizes:
         return self.fake(proxy)
 
     def is_symbolic(self) -> bool:
-        """Whether any chosen dimension is still symbolic (not specialized by the program)."""
-        return any(
+        """Whether any chosen dimension or int is still symbolic (not specialized by the program)."""
+        return bool(self.symbolic_ints()) or any(
             isinstance(s, torch.SymInt) and s.node.expr.free_symbols
             for fake in self.fakes.values()
             for s in fake.shape
@@ -130,8 +169,43 @@ def symbolic_examples(proxies) -> list[torch.Tensor] | None:
     return [sizes.fake(p) for p in proxies]
 
 
+_TEXT_METHODS = ("__str__", "__repr__", "__format__")
+_text_observed = False
+
+
+def _observing_text(kind: type, name: str):
+    original = getattr(kind, name)
+    concrete = int if kind is torch.SymInt else float if kind is torch.SymFloat else bool
+
+    def method(self, *args):
+        sizes = _active.get()
+        if sizes is not None and getattr(self.node, "shape_env", None) is sizes.shape_env:
+            return getattr(concrete(self), name)(*args)  # the value for this call, guarded
+        return original(self, *args)
+
+    method.__name__, method.__qualname__ = name, f"{kind.__name__}.{name}"
+    return method
+
+
+def _text_is_a_value() -> None:
+    """Printing a symbolic size or int of a capture (``str(n)``, ``f"{n}"``) gives its value for
+    this call and specializes the program on it, as any other use of the value does: the text
+    would otherwise be the symbol's name (``s0``), the same for every value. Installed on
+    ``torch.SymInt``, ``SymFloat`` and ``SymBool`` at the first symbolic capture; other
+    SymInts (another thread's torch.compile) print as before."""
+    global _text_observed
+    if _text_observed:
+        return
+    for kind in (torch.SymInt, torch.SymFloat, torch.SymBool):
+        for name in _TEXT_METHODS:
+            setattr(kind, name, _observing_text(kind, name))
+    _text_observed = True
+
+
 @contextmanager
 def capturing_symbolically(sizes: SymbolicSizes | None):
+    if sizes is not None:
+        _text_is_a_value()
     token = _active.set(sizes)
     # FakeTensorMode's dispatch cache costs more than it saves here: building an entry for
     # symbolic sizes is symbolic arithmetic on all of them, and the capture's own memo
@@ -182,22 +256,30 @@ class _Sizes:
 _SIZE = re.compile(r"L\['t(\d+)'\]\.size\(\)\[(\d+)\]")
 _STRIDE = re.compile(r"L\['t(\d+)'\]\.stride\(\)\[(\d+)\]")
 _OFFSET = re.compile(r"L\['t(\d+)'\]\.storage_offset\(\)")
+_NUMBER = re.compile(r"L\['t(\d+)'\](?![.\[])")
 
 
-def _reading_each_tensor_once(expression: str, positions: list[int], ndims: list[int]):
-    """``expression`` (torch's printed guard on ``L['t0'].size()[2]``, ...) as a function of the
-    call's leaves that reads each tensor's sizes and strides once into locals: the same
-    conditions, without a lookup and a call per size. None when the expression reads anything
-    else of the tensors (then the printed expression is evaluated as it is)."""
-    body = _OFFSET.sub("0", _STRIDE.sub(r"y\1[\2]", _SIZE.sub(r"z\1[\2]", expression)))
+def _reading_each_tensor_once(expression: str, positions: list[int], ndims: list[int | None]):
+    """``expression`` (torch's printed guard on ``L['t0'].size()[2]``, ``L['t1']``, ...) as a
+    function of the call's leaves that reads each tensor's sizes and strides once into locals:
+    the same conditions, without a lookup and a call per size. ``ndims``: each placeholder's
+    number of dimensions, None for an int. None when the expression reads anything else of the
+    tensors (then the printed expression is evaluated as it is)."""
+    body = _NUMBER.sub(r"n\1", _OFFSET.sub("0", _STRIDE.sub(r"y\1[\2]", _SIZE.sub(r"z\1[\2]", expression))))
     if "L[" in body:
         return None
     lines = ["def size_guard(leaves):"]
     lines += [f"    a{i} = leaves[{p}]" for i, p in enumerate(positions)]
-    typed = " and ".join(f"isinstance(a{i}, Tensor) and a{i}.dim() == {n}" for i, n in enumerate(ndims))
+    typed = " and ".join(
+        f"type(a{i}) is int" if n is None else f"isinstance(a{i}, Tensor) and a{i}.dim() == {n}"
+        for i, n in enumerate(ndims)
+    )
     lines.append(f"    if not ({typed or 'True'}):")
     lines.append("        return False")
-    for i in range(len(positions)):
+    for i, n in enumerate(ndims):
+        if n is None:
+            lines.append(f"    n{i} = a{i}")
+            continue
         lines.append(f"    z{i} = a{i}.shape")
         if f"y{i}[" in body:
             lines.append(f"    y{i} = a{i}.stride()")
@@ -208,17 +290,19 @@ def _reading_each_tensor_once(expression: str, positions: list[int], ndims: list
 
 
 class SizeGuard:
-    """Whether a call's tensors fit a symbolic trace: their dims in number, static sizes and
-    strides equal, symbolic ones satisfying every guard the capture recorded."""
+    """Whether a call's tensors and ints fit a symbolic trace: the tensors' dims in number, static
+    sizes and strides equal, symbolic sizes and ints satisfying every guard the capture recorded."""
 
     def __init__(self, sizes: SymbolicSizes):
         self.sizes = sizes
-        positions = sorted(sizes.fakes)
-        fakes = [sizes.fakes[p] for p in positions]
+        positions = sorted({*sizes.fakes, *sizes.int_values})
+        placeholders = [sizes.fakes[p] if p in sizes.fakes else sizes.int_values[p] for p in positions]
         self.positions = positions
         self._input_names = [sizes.names[p] for p in positions]
-        self.expression = sizes.shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
-        self._ndims = [f.dim() for f in fakes]
+        self.expression = (
+            sizes.shape_env.produce_guards_expression(placeholders, ignore_static=False) or "True"
+        )
+        self._ndims = [p.dim() if isinstance(p, torch.Tensor) else None for p in placeholders]
         self.is_symbolic = sizes.is_symbolic()  # False when the program fixed every symbolic size
         self._check = eval(
             compile(f"lambda L: {self.expression}", "<thunder_core size guard>", "eval"), guard_globals()
@@ -236,26 +320,40 @@ class SizeGuard:
             return self._reads_once(leaves)
         return self.evaluate(leaves)
 
-    def evaluate(self, leaves) -> bool:
-        """The guard as torch prints it, evaluated on the tensors' sizes and strides."""
-        tensors = {}
+    def _values(self, leaves) -> dict | None:
+        """What the printed expression reads, by placeholder name; None when a leaf is of another kind."""
+        values = {}
         for name, position, ndim in zip(self._names, self.positions, self._ndims):
             leaf = leaves[position]
-            if not isinstance(leaf, torch.Tensor) or leaf.dim() != ndim:
-                return False
-            tensors[name] = _Sizes(leaf)
+            if ndim is None:
+                if type(leaf) is not int:
+                    return None
+                values[name] = leaf
+            elif not isinstance(leaf, torch.Tensor) or leaf.dim() != ndim:
+                return None
+            else:
+                values[name] = _Sizes(leaf)
+        return values
+
+    def evaluate(self, leaves) -> bool:
+        """The guard as torch prints it, evaluated on the tensors' sizes and strides and the ints."""
+        values = self._values(leaves)
+        if values is None:
+            return False
         try:
-            return bool(self._check(tensors))
+            return bool(self._check(values))
         except Exception:  # noqa: BLE001 - a guard it cannot evaluate is a guard that does not hold
             return False
 
     def failing(self, leaves) -> str:
         """The first of the guard's conditions that ``leaves`` fail (``cache_info`` names it)."""
+        values = self._values(leaves)
+        if values is None:
+            return "the number of dimensions"
         for condition in self.expression.split(" and "):
             try:
-                tensors = {n: _Sizes(leaves[p]) for n, p in zip(self._names, self.positions)}
                 holds = eval(compile(f"lambda L: {condition}", "<size guard>", "eval"), guard_globals())(
-                    tensors
+                    values
                 )
             except Exception:  # noqa: BLE001
                 holds = False

@@ -12,7 +12,7 @@ from thunder_core.executors.failures import FirstCall, report_failure, strict
 from thunder_core.executors.in_place import restartable, separate_written_inputs
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.executors.second_call import SecondCallCompile, at_second_call
-from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
+from thunder_core.ir.proxies import PROXY_TYPES, NumberProxy, TensorProxy
 from thunder_core.ir.symbolic import SymbolicSizeError, hint, mentioned_symbols, size_symbols
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
@@ -46,11 +46,11 @@ def _last_uses(bsyms: list[BoundSymbol]) -> dict[str, int]:
 
 
 def _size_carriers(inputs) -> dict:
-    """Size symbol -> the plain tensors among a trace's ``inputs`` whose sizes give it
-    (``symbolic.size_symbols``), in input order."""
+    """Size symbol -> the int inputs (taken symbolic) and plain tensors among a trace's
+    ``inputs`` that give it (``symbolic.size_symbols``), in input order."""
     carriers: dict = {}
     for p in inputs:
-        if type(p) is TensorProxy:
+        if type(p) is TensorProxy or type(p) is NumberProxy:
             for symbol, _, _ in size_symbols([p]):
                 carriers.setdefault(symbol, []).append(p)
     return carriers
@@ -82,10 +82,12 @@ def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict, 
     names = {p.name for p in inputs}
     extra = []
     for symbol in sorted(missing, key=str):
-        candidates = [p for p in carriers.get(symbol, ()) if not devices or p.device in devices]
+        candidates = carriers.get(symbol, ())
+        numbers = [p for p in candidates if type(p) is NumberProxy]  # the int itself: no tensor to keep
+        candidates = numbers or [p for p in candidates if not devices or p.device in devices]
         if not candidates:
             continue
-        carrier = min(candidates, key=lambda p: (not alive(p.name), hint(p.numel())))
+        carrier = min(candidates, key=lambda p: (not alive(p.name), 0 if numbers else hint(p.numel())))
         if carrier.name not in names:
             names.add(carrier.name)
             extra.append(carrier)

@@ -90,7 +90,8 @@ class TensorProxy(torch.Tensor):
 
 
 class NumberProxy:
-    """A Python number that is an input of a trace; the trace is specialized on its value."""
+    """A Python number that is an input of a trace; the trace is specialized on its value,
+    unless it holds a ``SymInt`` (an int compiled for changing values: its symbol, ``s2``)."""
 
     __slots__ = ("name", "value")
 
@@ -103,6 +104,8 @@ class NumberProxy:
         return type(self.value)
 
     def type_string(self) -> str:
+        if isinstance(self.value, torch.SymInt):  # an int the trace takes symbolic
+            return f"int {source(self.value, strict=False)}"
         return f"{self.python_type.__name__} = {self.value!r}"
 
     def __repr__(self) -> str:

@@ -83,13 +83,19 @@ def size_symbols(inputs) -> list[tuple[object, torch.SymInt, str]]:
     size symbol the inputs give, first occurrence only, in input order: the bindings at the top
     of a printed trace.
 
-    A symbol is read from a dimension that is the symbol itself (``x.shape[1]``), else from a
+    A symbol is read from an int input that is the symbol (``n``), else from a dimension that is
+    the symbol itself (``x.shape[1]``), else from a
     stride that is (a slice of a longer buffer: ``x.stride(0)``), else solved from a dimension
     that is a multiple of it plus a constant (a backward whose inputs are flattened:
     ``x.shape[0] // 2`` for ``2*s0``).
     """
     found, seen = [], set()
     tensors = [p for p in inputs if isinstance(p, torch.Tensor)]
+    for p in inputs:  # an int input taken symbolic (a NumberProxy holding a SymInt) is its symbol
+        value = getattr(p, "value", None) if not isinstance(p, torch.Tensor) else None
+        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol and value.node.expr not in seen:
+            seen.add(value.node.expr)
+            found.append((value.node.expr, value, p.name))
     for kind in ("shape", "stride", "linear"):
         for proxy in tensors:
             for dim, size in enumerate(proxy.stride() if kind == "stride" else proxy.shape):

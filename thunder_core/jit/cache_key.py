@@ -157,6 +157,28 @@ def add_to_key(x, key: list, leaves: list, path, depth: int = 0, seen: dict | No
         raise unsupported_argument(path, x)
 
 
+def argument_containers(x, depth: int = 0, found: set[int] | None = None) -> set[int]:
+    """The ids of the plain lists, dicts and objects that ``x`` holds (the containers whose
+    values the key holds), itself included."""
+    found = set() if found is None else found
+    kind = _KINDS.get(type(x)) or _classify(x)
+    if depth > MAX_DEPTH or id(x) in found:
+        return found
+    if kind in (_LIST, _DICT, _OBJECT):
+        found.add(id(x))
+    if kind in (_LIST, _SEQUENCE):
+        items = x
+    elif kind in (_DICT, _MAPPING):
+        items = x.values()
+    elif kind == _OBJECT:
+        items = [item for _, item in object_items(x)]
+    else:
+        return found
+    for item in items:
+        argument_containers(item, depth + 1, found)
+    return found
+
+
 def _seen_before(x, key: list, seen: dict | None) -> bool:
     """Whether the list, dict or object ``x`` was walked before in this call (then keyed as that one)."""
     if seen is None:

@@ -47,19 +47,29 @@ def _tensor_positions(leaves) -> list[int]:
     return [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
 
 
-def _differences(old_key: tuple, key: tuple) -> tuple[dict[int, frozenset[int]], set[int]] | None:
-    """Two keys compared tensor by tensor: ``({tensor index: dims whose sizes differ}, {tensor
-    indexes whose strides differ})``; None when they differ in anything else."""
+def _is_number(item) -> bool:
+    """A number leaf's part of a key: ``(int, 3)``, ``(float, 0.5)``, ``(float, sign, not nan)``, ..."""
+    return (
+        type(item) is tuple and 2 <= len(item) <= 3 and any(item[0] is t for t in (int, float, bool, complex))
+    )
+
+
+def _differences(old_key: tuple, key: tuple) -> tuple[dict[int, frozenset[int]], set[int], set[int]] | None:
+    """Two keys compared leaf by leaf: ``({tensor index: dims whose sizes differ}, {tensor indexes
+    whose strides differ}, {leaf positions of ints whose values differ})``; None when they differ
+    in anything else."""
     if len(old_key) != len(key):
         return None
     sizes: dict[int, frozenset[int]] = {}
     strides: set[int] = set()
-    tensor, after_shape = -1, False
+    ints: set[int] = set()
+    tensor, leaf, after_shape = -1, -1, False
     for a, b in zip(old_key, key):
         if type(a) is torch.Size:
             if type(b) is not torch.Size or len(a) != len(b):
                 return None
             tensor += 1
+            leaf += 1
             dims = frozenset(d for d in range(len(a)) if a[d] != b[d])
             if dims:
                 sizes[tensor] = dims
@@ -68,27 +78,41 @@ def _differences(old_key: tuple, key: tuple) -> tuple[dict[int, frozenset[int]],
             after_shape = False
             if a != b:
                 strides.add(tensor)
+        elif _is_number(a):
+            leaf += 1
+            if type(a) is not type(b) or a != b:
+                if a[0] is not int or type(b) is not tuple or len(b) != 2 or b[0] is not int:
+                    return None
+                ints.add(leaf)
         elif type(a) is not type(b) or a != b:
             return None
-    return sizes, strides
+    return sizes, strides, ints
 
 
-def changed_dims(old_key: tuple, key: tuple) -> dict[int, frozenset[int]] | None:
-    """``{tensor index: dims}`` whose sizes differ between two keys that differ in nothing else
-    (strides aside: a layout change is a size guard's); None when they differ otherwise or not at all."""
+def changes(old_key: tuple, key: tuple) -> tuple[dict[int, frozenset[int]], frozenset[int]] | None:
+    """``({tensor index: dims}, {int leaf positions})`` whose sizes or values differ between two
+    keys that differ in nothing else (strides aside: a layout change is a size guard's); None when
+    they differ otherwise or not at all."""
     differences = _differences(old_key, key)
-    return (differences[0] or None) if differences is not None else None
+    if differences is None or not (differences[0] or differences[2]):
+        return None
+    return differences[0], frozenset(differences[2])
 
 
-def fits(template: tuple, dims: dict[int, frozenset[int]], key: tuple) -> bool:
+def fits(
+    template: tuple, dims: dict[int, frozenset[int]], key: tuple, ints: frozenset[int] = frozenset()
+) -> bool:
     """Whether ``key`` matches the key a symbolic entry was compiled for, up to its symbolic
-    dimensions (``dims`` by tensor index) and those tensors' strides (its size guard checks them)."""
+    dimensions (``dims`` by tensor index), those tensors' strides and its symbolic ints (by leaf
+    position): its size guard checks them."""
     differences = _differences(template, key)
     if differences is None:
         return False
-    sizes, strides = differences
-    return all(changed <= dims.get(t, frozenset()) for t, changed in sizes.items()) and all(
-        dims.get(t) for t in strides
+    sizes, strides, changed_ints = differences
+    return (
+        all(changed <= dims.get(t, frozenset()) for t, changed in sizes.items())
+        and all(dims.get(t) for t in strides)
+        and changed_ints <= ints
     )
 
 
@@ -105,10 +129,12 @@ def every_dim(leaves, arguments: int) -> dict[int, frozenset[int]]:
     return {tensors[p]: frozenset(range(leaves[p].dim())) for p in positions if leaves[p].dim()}
 
 
-def describe_dims(dims: dict[int, frozenset[int]], names: list[str]) -> str:
-    """``x dims 0, 1; y dim 0`` for ``cache_info`` (by trace input names)."""
+def describe_dims(dims: dict[int, frozenset[int]], names: list[str], ints=()) -> str:
+    """``x dims 0, 1; y dim 0; int n`` for ``cache_info`` (dims and ints by trace input position)."""
     parts = []
     for position, ds in sorted(dims.items()):
         name = names[position] if position < len(names) else f"input {position}"
         parts.append(f"{name} dim{'s' if len(ds) > 1 else ''} {', '.join(map(str, sorted(ds)))}")
+    for position in sorted(ints):
+        parts.append(f"int {names[position] if position < len(names) else f'input {position}'}")
     return "; ".join(parts)

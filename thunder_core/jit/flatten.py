@@ -39,7 +39,7 @@ class NotFlattenable(Exception):
 
 
 class _Writer:
-    def __init__(self, symbolic_dims: dict[int, frozenset[int]]):
+    def __init__(self, symbolic_dims: dict[int, frozenset[int]], symbolic_ints: frozenset[int] = frozenset()):
         self.lines: list[str] = []
         self.constants: dict[str, object] = {}
         self.leaves: list[str] = []
@@ -48,6 +48,7 @@ class _Writer:
         self.walked: list[str] = []  # lists, dicts and objects: each reached once
         self.walked_ids: set[int] = set()
         self.symbolic_dims = symbolic_dims
+        self.symbolic_ints = symbolic_ints  # leaf positions of ints whose value is left free
         self._names = 0
 
     def name(self) -> str:
@@ -81,7 +82,9 @@ class _Writer:
             self.tensors.append(var)
             self.tensor_values.append(x)
         elif type(x) in _VALUE_TYPES:
-            if type(x) is float:
+            if type(x) is int and len(self.leaves) in self.symbolic_ints:  # its size guard checks the value
+                self.fail_unless(f"type({var}) is int")
+            elif type(x) is float:
                 self.fail_unless(
                     f"type({var}) is float and _float_part({var}) == {self.constant(float_part(x))}"
                 )
@@ -152,12 +155,16 @@ def metadata_check(tensors, symbolic_dims: dict[int, frozenset[int]]) -> Callabl
 
 
 def build_flattener(
-    args: tuple, kwargs: dict, symbolic_dims: dict[int, frozenset[int]] | None = None
+    args: tuple,
+    kwargs: dict,
+    symbolic_dims: dict[int, frozenset[int]] | None = None,
+    symbolic_ints: frozenset[int] = frozenset(),
 ) -> Callable[[tuple, dict], list | None] | None:
     """``flatten(args, kwargs)``: the leaves of a call with the structure and tensor metadata of
-    this one (``symbolic_dims``: ``{tensor index: dims}`` left free), else None; None when the
-    call holds something it cannot test as the key does."""
-    writer = _Writer(symbolic_dims or {})
+    this one (``symbolic_dims``: ``{tensor index: dims}`` left free; ``symbolic_ints``: the leaf
+    positions of ints whose value is left free), else None; None when the call holds something
+    it cannot test as the key does."""
+    writer = _Writer(symbolic_dims or {}, symbolic_ints)
     try:
         writer.fail_unless(f"len(a) == {len(args)} and len(k) == {len(kwargs)}")
         if kwargs:

@@ -17,11 +17,11 @@ from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, job_cache_dire
 from thunder_core.executors.background import compiling_in_background, foreground_compile, wants_background
 from thunder_core.executors.second_call import ProgramCalls, compiling_at_second_call
 from thunder_core.ir.symbols import _recorders
-from thunder_core.jit.cache_key import add_to_key, describe
+from thunder_core.jit.cache_key import add_to_key, argument_containers, describe
 from thunder_core.jit.dynamic import (
     ArgumentDims,
     by_position,
-    changed_dims,
+    changes,
     check_dynamic,
     describe_dims,
     every_dim,
@@ -333,7 +333,7 @@ class ThunderFunction(LastEntryPaths):
         for compiled in reversed(self._entries):
             if (
                 compiled.size_guard is not None
-                and fits(compiled.key, compiled.symbolic_dims, key)
+                and fits(compiled.key, compiled.symbolic_dims, key, compiled.symbolic_ints)
                 and not compiled.size_guard(leaves)
             ):
                 return f"size guard failed: {compiled.size_guard.failing(leaves)}"
@@ -439,34 +439,41 @@ class ThunderFunction(LastEntryPaths):
         for compiled in reversed(self._entries):
             if (
                 compiled.size_guard is not None
-                and fits(compiled.key, compiled.symbolic_dims, key)
+                and fits(compiled.key, compiled.symbolic_dims, key, compiled.symbolic_ints)
                 and (compiled.guard is None or compiled.guard.check() is None)
                 and compiled.size_guard(leaves)
             ):
                 return compiled
         return None
 
-    def _dims_to_make_symbolic(self, key, leaves) -> dict[int, frozenset[int]]:
-        """``{tensor index: dims}`` this compile makes symbolic (``thunder_core.jit.dynamic``)."""
+    def _dims_to_make_symbolic(self, key, leaves) -> tuple[dict[int, frozenset[int]], frozenset[int]]:
+        """``({tensor index: dims}, {int leaf positions})`` this compile makes symbolic
+        (``thunder_core.jit.dynamic``)."""
         if self._dynamic is False:
-            return {}
+            return {}, frozenset()
         arguments = len(leaves) - (len(self._state.slots) if self._state is not None else 0)
         tensors = [x for x in leaves if isinstance(x, Tensor)]
+        dims: dict[int, frozenset[int]] = {}
         if self._dynamic is True:
-            return self._worth_trying(every_dim(leaves, arguments), tensors)
-        if isinstance(self._dynamic, ArgumentDims) and not self._entries:
-            return self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors)
+            dims = self._worth_trying(every_dim(leaves, arguments), tensors)
+        elif isinstance(self._dynamic, ArgumentDims) and not self._entries:
+            return self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors), frozenset()
         in_arguments = {
             i for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, Tensor)) if p < arguments
         }
         for compiled in reversed(self._entries):
-            changed = changed_dims(compiled.key, key)
-            if changed and set(changed) <= in_arguments:
+            changed = changes(compiled.key, key)
+            if changed and set(changed[0]) <= in_arguments and all(p < arguments for p in changed[1]):
                 merged = dict(compiled.symbolic_dims)
-                for tensor, dims in changed.items():
-                    merged[tensor] = merged.get(tensor, frozenset()) | dims
-                return self._worth_trying(merged, tensors)
-        return {}
+                for tensor, ds in (*changed[0].items(), *dims.items()):
+                    merged[tensor] = merged.get(tensor, frozenset()) | ds
+                ints = frozenset(
+                    p
+                    for p in compiled.symbolic_ints | changed[1]
+                    if (p, None) not in self._fixed_dims and leaves[p] not in (0, 1)  # 0, 1: specialized
+                )
+                return self._worth_trying(merged, tensors), ints
+        return dims, frozenset()
 
     def _worth_trying(self, dims: dict[int, frozenset[int]], tensors) -> dict[int, frozenset[int]]:
         """``dims`` without those that would be fixed anyway: sizes 0 and 1 (specialized by the
@@ -503,28 +510,31 @@ class ThunderFunction(LastEntryPaths):
             compiling(_display_name(self._guard_root), progress_mode),
             foreground_compile(),
         ):
-            dims = self._dims_to_make_symbolic(key, leaves)
+            dims, ints = self._dims_to_make_symbolic(key, leaves)
             failed = ""
-            if dims:
+            if dims or ints:
                 from thunder_core.capture.symbolic import SymbolicSizes
 
+                tried = {(t, d) for t, ds in dims.items() for d in ds} | {(p, None) for p in ints}
                 try:
-                    compiled = self._compile_now(args, kwargs, key, SymbolicSizes(by_position(dims, leaves)))
+                    compiled = self._compile_now(
+                        args, kwargs, key, SymbolicSizes(by_position(dims, leaves), ints)
+                    )
                 except TooMuchState:
                     raise
                 except Exception as error:  # noqa: BLE001 - compiled with fixed sizes instead, said in reasons
                     failed = f"sizes fixed: compiling them symbolic failed ({type(error).__name__}: {error})"
-                    self._fixed_dims |= {(t, d) for t, ds in dims.items() for d in ds}  # not tried again
+                    self._fixed_dims |= tried  # not tried again
                 else:
                     names = [getattr(p, "name", "?") for p in compiled.traces[0].inputs]
-                    described = describe_dims(by_position(dims, leaves), names)
+                    described = describe_dims(by_position(dims, leaves), names, ints)
                     if compiled.size_guard.is_symbolic:
-                        compiled.key, compiled.symbolic_dims = key, dims
+                        compiled.key, compiled.symbolic_dims, compiled.symbolic_ints = key, dims, ints
                         compiled.sizes_note = f"symbolic sizes: {described}"
                         return compiled
                     # The program fixed every one of them (int(x.shape[0]), a size it compares
                     # for equality): later sizes of these dims compile as they are, not tried again.
-                    self._fixed_dims |= {(t, d) for t, ds in dims.items() for d in ds}
+                    self._fixed_dims |= tried
                     compiled.key = key
                     compiled.sizes_note = f"sizes fixed: the program specializes {described}"
                     return compiled
@@ -547,6 +557,8 @@ class ThunderFunction(LastEntryPaths):
             if self._state is not None:
                 builder.root_state_modules = self._state.module_ids()
             builder.ambient_state()
+            if symbolic_sizes is not None and symbolic_sizes.ints:
+                builder.argument_ints_free(argument_containers((args, kwargs)))
             builder.contents(self._guard_root, _root_name(self._guard_root))
             builder.mark_tree_walked()
         disk, material, restored, note = None, None, None, ""

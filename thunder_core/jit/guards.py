@@ -244,6 +244,14 @@ class GuardBuilder:
         self.codes_run: list[tuple[str, types.CodeType]] = []  # (module name, code), each first run
         self.stable_reads: list[tuple[str, object]] = []  # values read from library modules, unguarded
         self.not_replayable: str | None = None  # why the global reads cannot be replayed elsewhere
+        self._free_int_homes: set[int] = set()  # argument containers whose ints the cache key holds
+
+    def argument_ints_free(self, containers: set[int]) -> None:
+        """The ints held by these containers (the call's argument lists, dicts and objects, also
+        reached through the module: a cache kept on the model) are checked for their type only:
+        the cache key holds their values, and an entry compiled with symbolic ints takes other
+        values (its size guard checks them)."""
+        self._free_int_homes = containers
 
     # Emitting checks.
     def bind(self, obj, prefix: str = "o") -> str:
@@ -360,10 +368,11 @@ class GuardBuilder:
         elif type(obj) is list or type(obj) is tuple:
             if type(obj) is list:
                 self.condition(f"len({name})", f"v == {len(obj)}", f"len({what})", len(obj))
+            free = id(obj) in self._free_int_homes
             for i, item in enumerate(obj):
-                self.value(f"{name}[{i}]", item, f"{what}[{i}]", depth)
+                self._item(f"{name}[{i}]", item, f"{what}[{i}]", depth, (), free)
         elif isinstance(obj, dict):
-            self._dict_items(name, obj, what, depth)
+            self._dict_items(name, obj, what, depth, free_ints=id(obj) in self._free_int_homes)
         elif isinstance(obj, (set, frozenset)):
             if all(is_immutable(x) for x in obj):
                 self.equal(f"frozenset({name})", frozenset(obj), what)
@@ -403,7 +412,15 @@ class GuardBuilder:
             ("array", what, array.dtype.str, array.shape, array.tobytes()),
         )  # fmt: skip
 
-    def _dict_items(self, name: str, d: dict, what: str, depth: int, attributes: bool = False) -> None:
+    def _item(self, expr: str, item, what: str, depth: int, covered: tuple, free_int: bool) -> None:
+        if free_int and type(item) is int:  # its value is in the cache key (argument_ints_free)
+            self.condition(expr, "type(v) is int", what, "an int (an argument's)", covered)
+        else:
+            self.value(expr, item, what, depth, covered)
+
+    def _dict_items(
+        self, name: str, d: dict, what: str, depth: int, attributes: bool = False, free_ints: bool = False
+    ) -> None:
         covered = (name,) if type(d) is dict else ()
         keys = tuple(d)
         if all(is_immutable(k) for k in keys):
@@ -413,7 +430,7 @@ class GuardBuilder:
         for key, item in d.items():
             key_expr = repr(key) if _literal(key) else self.bind(key, "k")
             where = f"{what}.{key}" if attributes else f"{what}[{key!r}]"
-            self.value(f"{name}.get({key_expr}, MISSING)", item, where, depth, covered)
+            self._item(f"{name}.get({key_expr}, MISSING)", item, where, depth, covered, free_ints)
 
     def _function(self, fn: types.FunctionType, name: str, what: str, depth: int) -> None:
         for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -436,7 +453,8 @@ class GuardBuilder:
         if isinstance(attributes, dict):
             d = self.bind(attributes, "d")
             self.namespaces.append((attributes, what))
-            self._dict_items(d, attributes, what, depth, attributes=True)
+            free = id(obj) in self._free_int_homes
+            self._dict_items(d, attributes, what, depth, attributes=True, free_ints=free)
         for slot in _slots(type(obj)):
             value = getattr(obj, slot, MISSING)
             self.value(f"getattr({name}, {slot!r}, MISSING)", value, f"{what}.{slot}", depth)

@@ -79,11 +79,12 @@ class LastEntryPaths:
         """Serve the next calls with this call's structure through a generated flattener instead
         of the key, built once per entry and key (once per entry with symbolic sizes: it serves
         every size)."""
-        slot = None if compiled.symbolic_dims else key
+        symbolic = compiled.symbolic_dims or compiled.symbolic_ints
+        slot = None if symbolic else key
         flatten = compiled.fast_paths.get(slot)
         if flatten is None:
             flatten = compiled.fast_paths[slot] = (
-                build_flattener(args, kwargs, compiled.symbolic_dims) or False
+                build_flattener(args, kwargs, compiled.symbolic_dims, compiled.symbolic_ints) or False
             )
         known = self._state_known
         if flatten is False or (self._state is not None and known is None):
@@ -107,7 +108,7 @@ class LastEntryPaths:
                 return None
             leaves.extend(tensors)
         compiled = fast.entry[2]
-        if compiled.symbolic_dims and not compiled.size_guard(leaves):
+        if (compiled.symbolic_dims or compiled.symbolic_ints) and not compiled.size_guard(leaves):
             return None
         return leaves
 

@@ -57,6 +57,7 @@ class Compiled:
     size_guard: object = None  # thunder_core.capture.symbolic.SizeGuard of a trace with symbolic sizes
     key: tuple = ()  # the cache key of the call it was compiled for
     symbolic_dims: dict = field(default_factory=dict)  # {tensor index among the inputs: symbolic dims}
+    symbolic_ints: frozenset = frozenset()  # positions among the inputs of the ints it takes symbolic
     sizes_note: str = ""  # which sizes are symbolic, or why none are
     epilogue: object = (
         None  # thunder_core.capture.objects.Epilogue: what to do to argument objects after a call

@@ -22,7 +22,7 @@ def slice_bounds(item: slice, size) -> tuple:
     def bound(value, default):
         if value is None:
             return default
-        if isinstance(value, int) and value < 0:
+        if value < 0:  # for a SymInt (x[:-n], n an int taken symbolic) a guard on its sign
             value = value + size
         return torch.sym_min(torch.sym_max(value, 0), size)
 

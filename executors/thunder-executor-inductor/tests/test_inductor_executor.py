@@ -336,6 +336,27 @@ def test_a_region_using_a_size_that_only_another_input_has_reads_it_from_that_in
     )
 
 
+@pytest.mark.parametrize("cpp_wrapper", [False, True])
+def test_a_region_using_an_int_taken_symbolic_takes_the_int(cpp_wrapper):
+    """``torch.arange(n)`` and ``x[:n]`` with ``n`` an int argument that changes between calls:
+    the region takes ``n`` as an input (a SymInt of its graph) and compiles once for every value."""
+
+    def scaled_head(x, n):
+        ramp = torch.arange(n, dtype=torch.float32) * 2 + 1
+        return (x[:n] * 2 + ramp[:, None]).sin(), torch.full((n, 2), 3.0).cos()
+
+    options = {"inductor": {"regions": "maximal", "cpp_wrapper": cpp_wrapper}}
+    jfn = thunder_core.jit(scaled_head, executors=["inductor"], options=options)
+    x = torch.randn(16, 3)
+    for n in (2, 3, 5, 9, 12, 4):
+        torch.testing.assert_close(jfn(x, n), scaled_head(x, n))
+    assert thunder_core.cache_info(jfn).entries == 2  # the first value, then every other one
+    trace = thunder_core.last_traces(jfn)[-1]
+    (region,) = [b for b in trace.bound_symbols if b.executor == "inductor"]
+    assert [p.name for p in region.args] == ["x", "n"], str(trace)
+    assert region.impl.failure is None  # compiled and ran, no fallback to torch
+
+
 def _stored_in_a_cache(k):
     """What Hugging Face's ``DynamicLayer.update`` stores after a prefill: ``cat`` of an empty
     tensor and the new keys, which eager lays out contiguously whatever the keys' layout."""

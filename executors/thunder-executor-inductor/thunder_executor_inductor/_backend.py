@@ -138,15 +138,15 @@ def compile_region(region, name: str, options: dict):
     contiguous, say); such calls get a variant compiled for the strides they bring. A region
     that an earlier process compiled loads its generated code directly (``_reuse``).
     """
-    if not all(isinstance(p, TensorProxy) for p in region.inputs):
-        raise RegionNotSupported("inductor: a region input is not a tensor")
     try:
         fn = _with_trace_layouts(region.as_trace(name).python_callable(), region.outputs)
     except SymbolicSizeError as error:
         raise RegionNotSupported(f"inductor: {error}") from error
     examples = symbolic_examples(region.inputs)
-    if examples is not None:
+    if examples is not None:  # tensors, and ints the program takes symbolic (SymInt inputs of the graph)
         return _compile_symbolic(fn, examples, options)
+    if not all(isinstance(p, TensorProxy) for p in region.inputs):
+        raise RegionNotSupported("inductor: a region input is not a tensor")
     specs = [(tuple(p.shape), p.dtype, p.device) for p in region.inputs]
     fingerprint = region_fingerprint(region) if _reuse.kept() else None
 
@@ -379,11 +379,9 @@ def _size_assumptions(examples: list) -> dict:
     give the same key in another process, whatever the symbols are called)."""
     import torch.compiler.config as compiler_config
 
-    fakes = [x for x in examples if isinstance(x, torch.Tensor)]
-    shape_env = next(
-        (s.node.shape_env for x in fakes for s in (*x.shape, *x.stride()) if isinstance(s, torch.SymInt)),
-        None,
-    )
+    fakes = [x for x in examples if isinstance(x, (torch.Tensor, torch.SymInt))]
+    sizes = [s for x in fakes for s in ((*x.shape, *x.stride()) if isinstance(x, torch.Tensor) else (x,))]
+    shape_env = next((s.node.shape_env for s in sizes if isinstance(s, torch.SymInt)), None)
     if shape_env is None or not hasattr(compiler_config, "cache_key_tag"):
         return {}
     try:
@@ -455,7 +453,7 @@ def _compile_symbolic(fn, examples: list, options: dict):
                 compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
             call = lambda args: compiled(*args)  # noqa: E731
         else:
-            fake_mode = examples[0].fake_mode if hasattr(examples[0], "fake_mode") else None
+            fake_mode = next((x.fake_mode for x in examples if hasattr(x, "fake_mode")), None)
             with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
                 inner = compile_fx_inner(
                     graph, examples, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)

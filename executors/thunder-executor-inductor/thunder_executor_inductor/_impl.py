@@ -60,7 +60,12 @@ def _signature(region) -> tuple:
     ops = []
     for b in region.bound_symbols:
         ops.append((b.symbol.printed_name, canonical(b.args), canonical(b.kwargs), canonical(b.output)))
-    inputs = tuple((_sizes(p.shape), p.dtype, _sizes(p.stride()), p.device) for p in region.inputs)
+    inputs = tuple(
+        (_sizes(p.shape), p.dtype, _sizes(p.stride()), p.device)
+        if isinstance(p, TensorProxy)
+        else ("int", _sizes([p.value]))  # an int the program takes symbolic
+        for p in region.inputs
+    )
     outputs = tuple(canonical(p) for p in region.outputs)
     return tuple(ops), inputs, outputs
 
@@ -68,7 +73,8 @@ def _signature(region) -> tuple:
 def _symbolic_environment(region):
     """The ShapeEnv of a region's symbolic sizes or strides, if it has any."""
     for p in region.inputs:
-        for s in (*p.shape, *p.stride()):
+        sizes = (*p.shape, *p.stride()) if isinstance(p, TensorProxy) else (p.value,)
+        for s in sizes:
             if isinstance(s, torch.SymInt):
                 return s.node.shape_env
     return None

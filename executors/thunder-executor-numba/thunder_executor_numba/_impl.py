@@ -141,6 +141,8 @@ class NumbaExecutor(FusionExecutor):
         return kernel
 
     def compile_region(self, region):
+        if not all(isinstance(p, TensorProxy) for p in region.inputs):
+            raise RegionNotSupported("numba: a region input is an int (one the program takes symbolic)")
         if len(region.bound_symbols) == 1 and is_linear(region.bound_symbols[0]):
             return one_row_linear(region.bound_symbols[0])
         if len(region.bound_symbols) == 1 and is_attention(region.bound_symbols[0]):

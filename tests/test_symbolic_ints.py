@@ -1,0 +1,164 @@
+"""Python ints whose values change between calls: one compile with the int symbolic (a ``SymInt``),
+checked against eager PyTorch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from models import greedy_generate, token_batch
+
+import thunder_core
+
+
+def _head(x, n):
+    return x[:n] * 2, n + 1
+
+
+def test_a_changed_int_compiles_once_more_with_it_symbolic():
+    jfn = thunder_core.jit(_head)
+    x = torch.randn(16, 3)
+    for n in (2, 3, 5, 7, 12, 4):
+        out, m = jfn(x, n)
+        torch.testing.assert_close(out, x[:n] * 2)
+        assert m == n + 1 and type(m) is int  # computed on every call, returned as eager returns it
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 2, info.reasons  # the first value, then every other one
+    assert info.reasons[1] == "n: int 2 -> int 3; symbolic sizes: int n", info.reasons
+    source = str(thunder_core.last_traces(jfn)[-1])
+    assert '# n: "int s0"' in source and "s0 = n" in source and "return (t2, 1 + s0)" in source, source
+
+
+def test_ints_past_the_guards_negative_zero_and_one_give_eagers_results():
+    jfn = thunder_core.jit(_head)
+    x = torch.randn(8, 3)
+    values = (2, 3, 20, 30, 1, 0, -1, -3, 6, 0, 1, -2)
+    for n in values:
+        out, m = jfn(x, n)
+        torch.testing.assert_close(out, x[:n] * 2)
+        assert m == n + 1
+    info = thunder_core.cache_info(jfn)
+    # symbolic up to 8 (x's length), symbolic past it, 0 and 1 fixed, negative symbolic
+    assert info.entries <= 6, info.reasons
+    assert any(reason.startswith("size guard failed:") for reason in info.reasons), info.reasons
+
+
+def test_dynamic_false_keeps_ints_fixed():
+    jfn = thunder_core.jit(_head, dynamic=False)
+    x = torch.randn(8, 3)
+    for n in (2, 3, 4):
+        torch.testing.assert_close(jfn(x, n)[0], x[:n] * 2)
+    assert thunder_core.cache_info(jfn).entries == 3
+
+
+def _every_third(x, n):
+    if n % 3 == 0:
+        return x * n
+    return x - n
+
+
+def test_a_branch_on_an_int_gives_eagers_result_on_both_sides_and_names_the_guard():
+    jfn = thunder_core.jit(_every_third)
+    x = torch.randn(4)
+    for n in (2, 4, 5, 6, 9, 7, 12):
+        torch.testing.assert_close(jfn(x, n), _every_third(x, n))
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 3, info.reasons  # 2; then n % 3 != 0; then n % 3 == 0
+    assert info.reasons[2] == "size guard failed: (n % 3) != 0; symbolic sizes: int n", info.reasons
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(lambda x, n: x * len(f"{n}"), id="formatted"),
+        pytest.param(lambda x, n: x * len(str(n)) + len(repr(n)), id="str-repr"),
+        pytest.param(lambda x, n: x * {3: 1.0, 5: 2.0, 12: 4.0}.get(n, 0.5), id="dict-key"),
+        pytest.param(lambda x, n: sum(x[i] for i in range(n)), id="range"),
+        pytest.param(lambda x, n: x + torch.tensor(n), id="tensor-of-it"),
+        pytest.param(lambda x, n: x * (1.0 / n), id="float"),
+        pytest.param(lambda x, n: torch.stack([c.sum() for c in x.chunk(n)]), id="chunks"),
+        pytest.param(lambda x, n: torch.cat([t * 2 for t in x.split(n)]), id="split"),
+    ],
+)
+def test_every_use_of_an_int_gives_eagers_result(fn):
+    """Uses that need its value (printing it, a dict key, a loop count) specialize the program on
+    it; the others stay symbolic. Either way each call gives eager's result."""
+    jfn = thunder_core.jit(fn)
+    for n in (3, 5, 12, 10, 2):
+        x = torch.randn(12, 3)
+        torch.testing.assert_close(jfn(x, n), fn(x, n))
+
+
+@dataclasses.dataclass
+class Window:
+    """A cache that counts what it has seen, as Hugging Face's sliding-window layers do."""
+
+    keys: torch.Tensor
+    seen: int = 0
+    size: int = 4
+
+
+def _append(window: Window, new: torch.Tensor) -> torch.Tensor:
+    window.seen += new.shape[0]
+    full = torch.cat([window.keys, new])
+    window.keys = full[-window.size + 1 :]
+    offset = max(window.seen - window.size + 1, 0)
+    return full.sum(0) * (offset + 1)
+
+
+def test_an_int_attribute_the_function_updates_is_seen_by_the_caller():
+    jfn = thunder_core.jit(_append)
+    eager, compiled = Window(torch.zeros(3, 2)), Window(torch.zeros(3, 2))
+    for step in range(10):
+        new = torch.full((1, 2), float(step))
+        torch.testing.assert_close(jfn(compiled, new), _append(eager, new))
+        assert compiled.seen == eager.seen and type(compiled.seen) is int
+        torch.testing.assert_close(compiled.keys, eager.keys)
+    info = thunder_core.cache_info(jfn)
+    assert info.entries <= 3, info.reasons  # not one per step
+    assert any("symbolic sizes: int window_seen" in reason for reason in info.reasons), info.reasons
+
+
+def test_training_with_an_int_argument_gives_eagers_gradients():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(3, 4)
+
+    def loss(x, n):
+        return (linear(x[:n]).relu() * n).sum() + torch.arange(n).sum()
+
+    jfn = thunder_core.jit(loss)
+    for n in (2, 3, 5, 7):
+        x = torch.randn(16, 3, requires_grad=True)
+        jfn(x, n).backward()
+        got = x.grad, linear.weight.grad
+        x.grad, linear.weight.grad = None, None
+        loss(x, n).backward()
+        torch.testing.assert_close(got, (x.grad, linear.weight.grad))
+        linear.weight.grad, linear.bias.grad = None, None
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 2, info.reasons
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_sliding_window_generate_gives_eagers_tokens_without_a_compile_per_token(cache):
+    """Mistral's sliding-window caches count the tokens seen in an int attribute that grows every
+    step; a window shorter than the generated text takes both of its code paths."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, sliding_window=5,
+    )  # fmt: skip
+    model = MistralForCausalLM(config).eval()
+    kwargs = {"min_new_tokens": 6}  # 6 steps past a 4-token prompt
+    if cache == "static":
+        kwargs["cache_implementation"] = "static"
+    prompt = token_batch(1, 4, seed=3)
+    expected = greedy_generate(model, prompt, **kwargs)
+    model.forward = thunder_core.jit(model.forward)
+    assert torch.equal(greedy_generate(model, prompt, **kwargs), expected)
+    info = thunder_core.cache_info(model.forward)
+    assert info.entries <= 3, info.reasons  # prefill, first step, every later step
+    assert "cumulative_length" in info.reasons[-1] and "symbolic sizes" in info.reasons[-1], info.reasons
