@@ -299,6 +299,25 @@ def test_training_on_a_slice_of_a_longer_buffer_compiles_once_more_and_gives_eag
     assert ".shape[0] // 2" in backward_source, backward_source
 
 
+def _scores(keys, query):
+    return (query @ keys.transpose(-1, -2)).softmax(-1)
+
+
+def test_a_window_of_a_longer_buffer_compiles_once_more_with_its_strides_symbolic():
+    # The last 5 positions of buffers of several lengths (what a sliding-window cache keeps):
+    # the sizes never change, the strides do each time.
+    jfn = thunder_core.jit(_scores)
+    query = torch.randn(1, 2, 1, 32)
+    for length in (6, 7, 9, 12, 5):
+        keys = torch.randn(1, 2, length, 32)[:, :, -5:, :]
+        torch.testing.assert_close(jfn(keys, query), _scores(keys, query))
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 2 and info.reasons[1].endswith("symbolic sizes: keys strides"), info.reasons
+    assert "= keys.stride(0)" in str(thunder_core.last_traces(jfn)[-1])
+    transposed = torch.randn(1, 2, 32, 5).transpose(-1, -2)  # a layout the symbolic strides do not cover
+    torch.testing.assert_close(jfn(transposed, query), _scores(transposed, query))
+
+
 def test_a_symbolic_capture_runs_each_distinct_operation_on_fake_tensors_once(monkeypatch):
     """Operations repeated on the same symbolic sizes (a transformer's layers) take their output
     metadata from the capture's memo: fake tensors with symbolic sizes cost sympy arithmetic."""

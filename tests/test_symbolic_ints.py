@@ -68,6 +68,25 @@ def test_a_branch_on_an_int_gives_eagers_result_on_both_sides_and_names_the_guar
     assert info.reasons[2] == "size guard failed: (n % 3) != 0; symbolic sizes: int n", info.reasons
 
 
+def test_the_size_guard_reading_ints_once_answers_as_torchs_printed_guard():
+    def program(x, n, m):
+        if n > 4:
+            x = x * 2
+        return x[: n + m].sum() + m
+
+    jfn = thunder_core.jit(program)
+    x = torch.randn(20, 3)
+    for n, m in ((2, 3), (6, 5), (7, 9)):
+        torch.testing.assert_close(jfn(x, n, m), program(x, n, m))
+    guard = thunder_core.inspection._function(jfn)._last.size_guard
+    assert guard._reads_once is not None and "L['t1']" in guard.expression, guard.expression
+    calls = [[x, n, m] for n in (-3, 0, 1, 2, 5, 9, 30) for m in (-1, 0, 2, 5, 11)]
+    calls += [[x, 6.0, 5], [x, True, 5], [x, 6, None], [x[:, :2], 6, 5]]  # not ints; another x
+    answers = [(guard(call), guard.evaluate(call)) for call in calls]
+    assert all(fast == printed for fast, printed in answers), answers
+    assert any(fast for fast, _ in answers) and not all(fast for fast, _ in answers)
+
+
 @pytest.mark.parametrize(
     "fn",
     [

@@ -52,14 +52,21 @@ def sizes_of(values) -> SymbolicSizes | None:
 
 class SymbolicSizes:
     """One capture's ``ShapeEnv``: symbolic sizes for ``dims[input position]`` of its inputs,
-    and symbolic values for its int inputs at the positions ``ints``."""
+    symbolic strides for the tensors at the positions ``strides``, and symbolic values for its int
+    inputs at the positions ``ints``."""
 
-    def __init__(self, dims: dict[int, frozenset[int]], ints: frozenset[int] = frozenset()):
+    def __init__(
+        self,
+        dims: dict[int, frozenset[int]],
+        ints: frozenset[int] = frozenset(),
+        strides: frozenset[int] = frozenset(),
+    ):
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         self.dims = dims
         self.ints = ints
+        self.strides = strides
         self.int_values: dict[int, object] = {}  # input position -> its SymInt (or int, if specialized)
         self.shape_env = ShapeEnv()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=False)
@@ -71,16 +78,20 @@ class SymbolicSizes:
 
     def metadata(self, tensor: torch.Tensor, position: int, name: str):
         """``(shape, strides)`` of the input at ``position``: symbolic in its chosen dims."""
-        dims = self.dims.get(position)
-        if not dims:
+        dims = self.dims.get(position, frozenset())
+        if not dims and position not in self.strides:
             return tensor.shape, tensor.stride()
         from torch._dynamo.source import LocalSource
         from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
+        strides = None  # inferred from the sizes where they are contiguous, else symbols of their own
+        if position in self.strides:  # its strides alone change: each a symbol, a unit stride kept
+            strides = [DimDynamic.INFER_STRIDE if s == 1 else DimDynamic.DYNAMIC for s in tensor.stride()]
         context = StatelessSymbolicContext(
             dynamic_sizes=[
                 DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())
-            ]
+            ],
+            dynamic_strides=strides,
         )
         stand_in = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
         fake = self.fake_mode.from_tensor(stand_in, symbolic_context=context, source=LocalSource(name))
@@ -143,11 +154,12 @@ class SymbolicSizes:
         return self.fake(proxy)
 
     def is_symbolic(self) -> bool:
-        """Whether any chosen dimension or int is still symbolic (not specialized by the program)."""
+        """Whether any chosen dimension, stride or int is still symbolic (not specialized by the
+        program)."""
         return bool(self.symbolic_ints()) or any(
             isinstance(s, torch.SymInt) and s.node.expr.free_symbols
             for fake in self.fakes.values()
-            for s in fake.shape
+            for s in (*fake.shape, *fake.stride())
         )
 
     def guard(self) -> SizeGuard:

@@ -9,6 +9,15 @@ parameters and buffers keep fixed sizes. ``ArgumentDims`` names the dimensions t
 from the first call, by argument position (the torch.compile front end passes those Dynamo made
 symbolic); later size changes are handled as with ``None``.
 
+A tensor whose strides change while its sizes do not (a window of a longer buffer: Hugging
+Face's sliding-window caches after a prompt of another length) compiles again with its strides
+symbolic (``symbolic_strides``, by tensor index). Python ints among the arguments (``n`` in
+``f(x, n)``, an ``int`` attribute of an argument object such as a sliding-window cache's
+``cumulative_length``) are automatic in every mode but ``False``: a call that differs from an
+entry in an int's value compiles once more with that int symbolic (a ``SymInt`` of the same
+``ShapeEnv``), as torch.compile's automatic dynamic does for ints; bools and floats stay fixed.
+Symbolic ints are named by their position among the call's leaves (``symbolic_ints``).
+
 Cache keys (``cache_key``) hold each tensor's shape (a ``torch.Size``) followed by its strides;
 a symbolic entry is found again by comparing a call's key with the key it was compiled for,
 ignoring its symbolic dimensions and the strides of its symbolic tensors, which the entry's
@@ -89,29 +98,35 @@ def _differences(old_key: tuple, key: tuple) -> tuple[dict[int, frozenset[int]],
     return sizes, strides, ints
 
 
-def changes(old_key: tuple, key: tuple) -> tuple[dict[int, frozenset[int]], frozenset[int]] | None:
-    """``({tensor index: dims}, {int leaf positions})`` whose sizes or values differ between two
-    keys that differ in nothing else (strides aside: a layout change is a size guard's); None when
-    they differ otherwise or not at all."""
+def changes(
+    old_key: tuple, key: tuple
+) -> tuple[dict[int, frozenset[int]], frozenset[int], frozenset[int]] | None:
+    """``({tensor index: dims}, {int leaf positions}, {tensor indexes})`` whose sizes, values or
+    strides differ between two keys that differ in nothing else; None when they differ otherwise
+    or not at all."""
     differences = _differences(old_key, key)
-    if differences is None or not (differences[0] or differences[2]):
+    if differences is None or not any(differences):
         return None
-    return differences[0], frozenset(differences[2])
+    return differences[0], frozenset(differences[2]), frozenset(differences[1])
 
 
 def fits(
-    template: tuple, dims: dict[int, frozenset[int]], key: tuple, ints: frozenset[int] = frozenset()
+    template: tuple,
+    dims: dict[int, frozenset[int]],
+    key: tuple,
+    ints: frozenset[int] = frozenset(),
+    strides: frozenset[int] = frozenset(),
 ) -> bool:
     """Whether ``key`` matches the key a symbolic entry was compiled for, up to its symbolic
-    dimensions (``dims`` by tensor index), those tensors' strides and its symbolic ints (by leaf
-    position): its size guard checks them."""
+    dimensions (``dims`` by tensor index), the strides of those tensors and of ``strides``, and
+    its symbolic ints (by leaf position): its size guard checks them."""
     differences = _differences(template, key)
     if differences is None:
         return False
-    sizes, strides, changed_ints = differences
+    sizes, changed_strides, changed_ints = differences
     return (
         all(changed <= dims.get(t, frozenset()) for t, changed in sizes.items())
-        and all(dims.get(t) for t in strides)
+        and all(dims.get(t) or t in strides for t in changed_strides)
         and changed_ints <= ints
     )
 
@@ -122,6 +137,12 @@ def by_position(dims: dict[int, frozenset[int]], leaves) -> dict[int, frozenset[
     return {positions[t]: d for t, d in dims.items() if t < len(positions)}
 
 
+def tensor_positions(tensors, leaves) -> frozenset[int]:
+    """Tensor indexes turned into positions among the call's leaves."""
+    positions = _tensor_positions(leaves)
+    return frozenset(positions[t] for t in tensors if t < len(positions))
+
+
 def every_dim(leaves, arguments: int) -> dict[int, frozenset[int]]:
     """Every dimension of each tensor among the first ``arguments`` leaves (``dynamic=True``)."""
     positions = [p for p in _tensor_positions(leaves) if p < arguments]
@@ -129,12 +150,14 @@ def every_dim(leaves, arguments: int) -> dict[int, frozenset[int]]:
     return {tensors[p]: frozenset(range(leaves[p].dim())) for p in positions if leaves[p].dim()}
 
 
-def describe_dims(dims: dict[int, frozenset[int]], names: list[str], ints=()) -> str:
-    """``x dims 0, 1; y dim 0; int n`` for ``cache_info`` (dims and ints by trace input position)."""
+def describe_dims(dims: dict[int, frozenset[int]], names: list[str], ints=(), strides=()) -> str:
+    """``x dims 0, 1; y dim 0; k strides; int n`` for ``cache_info`` (by trace input position)."""
     parts = []
     for position, ds in sorted(dims.items()):
         name = names[position] if position < len(names) else f"input {position}"
         parts.append(f"{name} dim{'s' if len(ds) > 1 else ''} {', '.join(map(str, sorted(ds)))}")
+    for position in sorted(strides):
+        parts.append(f"{names[position] if position < len(names) else f'input {position}'} strides")
     for position in sorted(ints):
         parts.append(f"int {names[position] if position < len(names) else f'input {position}'}")
     return "; ".join(parts)

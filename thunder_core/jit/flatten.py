@@ -39,7 +39,12 @@ class NotFlattenable(Exception):
 
 
 class _Writer:
-    def __init__(self, symbolic_dims: dict[int, frozenset[int]], symbolic_ints: frozenset[int] = frozenset()):
+    def __init__(
+        self,
+        symbolic_dims: dict[int, frozenset[int]],
+        symbolic_ints: frozenset[int] = frozenset(),
+        free_strides: frozenset[int] = frozenset(),
+    ):
         self.lines: list[str] = []
         self.constants: dict[str, object] = {}
         self.leaves: list[str] = []
@@ -49,6 +54,7 @@ class _Writer:
         self.walked_ids: set[int] = set()
         self.symbolic_dims = symbolic_dims
         self.symbolic_ints = symbolic_ints  # leaf positions of ints whose value is left free
+        self.free_strides = free_strides  # tensor indexes whose strides are left free
         self._names = 0
 
     def name(self) -> str:
@@ -133,10 +139,12 @@ class _Writer:
 
     def tensor_check(self) -> Callable:
         """PyTorch's ``TensorGuards`` for the tensors met, symbolic dims and their strides left free."""
-        return metadata_check(self.tensor_values, self.symbolic_dims)
+        return metadata_check(self.tensor_values, self.symbolic_dims, self.free_strides)
 
 
-def metadata_check(tensors, symbolic_dims: dict[int, frozenset[int]]) -> Callable:
+def metadata_check(
+    tensors, symbolic_dims: dict[int, frozenset[int]], free_strides: frozenset[int] = frozenset()
+) -> Callable:
     """``check(*tensors)``: PyTorch's ``TensorGuards`` (type, dispatch keys, dtype, device,
     requires_grad, sizes, strides) for these tensors, the dims in ``symbolic_dims`` (by tensor
     index) and every stride of those tensors left free. Raises ``NotFlattenable`` where PyTorch
@@ -145,7 +153,7 @@ def metadata_check(tensors, symbolic_dims: dict[int, frozenset[int]]) -> Callabl
     for i, t in enumerate(tensors):
         dims = symbolic_dims.get(i, frozenset())
         sizes.append([None if d in dims else s for d, s in enumerate(t.shape)])
-        strides.append([None] * t.dim() if dims else list(t.stride()))
+        strides.append([None] * t.dim() if dims or i in free_strides else list(t.stride()))
     try:
         from torch._C._dynamo.guards import TensorGuards
 
@@ -159,12 +167,13 @@ def build_flattener(
     kwargs: dict,
     symbolic_dims: dict[int, frozenset[int]] | None = None,
     symbolic_ints: frozenset[int] = frozenset(),
+    free_strides: frozenset[int] = frozenset(),
 ) -> Callable[[tuple, dict], list | None] | None:
     """``flatten(args, kwargs)``: the leaves of a call with the structure and tensor metadata of
     this one (``symbolic_dims``: ``{tensor index: dims}`` left free; ``symbolic_ints``: the leaf
     positions of ints whose value is left free), else None; None when the call holds something
     it cannot test as the key does."""
-    writer = _Writer(symbolic_dims or {}, symbolic_ints)
+    writer = _Writer(symbolic_dims or {}, symbolic_ints, free_strides)
     try:
         writer.fail_unless(f"len(a) == {len(args)} and len(k) == {len(kwargs)}")
         if kwargs:

@@ -26,6 +26,7 @@ from thunder_core.jit.dynamic import (
     describe_dims,
     every_dim,
     fits,
+    tensor_positions,
 )
 from thunder_core.jit.fingerprint import versions
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
@@ -221,7 +222,7 @@ class ThunderFunction(LastEntryPaths):
                 entry = fast[3]
                 compiled = entry[2]
                 if (entry[0] is None or entry[0]() is None) and (
-                    not compiled.symbolic_dims or compiled.size_guard(leaves)
+                    not compiled.symbolic or compiled.size_guard(leaves)
                 ):
                     self._hits += 1
                     self._last = compiled
@@ -333,7 +334,13 @@ class ThunderFunction(LastEntryPaths):
         for compiled in reversed(self._entries):
             if (
                 compiled.size_guard is not None
-                and fits(compiled.key, compiled.symbolic_dims, key, compiled.symbolic_ints)
+                and fits(
+                    compiled.key,
+                    compiled.symbolic_dims,
+                    key,
+                    compiled.symbolic_ints,
+                    compiled.symbolic_strides,
+                )
                 and not compiled.size_guard(leaves)
             ):
                 return f"size guard failed: {compiled.size_guard.failing(leaves)}"
@@ -439,31 +446,45 @@ class ThunderFunction(LastEntryPaths):
         for compiled in reversed(self._entries):
             if (
                 compiled.size_guard is not None
-                and fits(compiled.key, compiled.symbolic_dims, key, compiled.symbolic_ints)
+                and fits(
+                    compiled.key,
+                    compiled.symbolic_dims,
+                    key,
+                    compiled.symbolic_ints,
+                    compiled.symbolic_strides,
+                )
                 and (compiled.guard is None or compiled.guard.check() is None)
                 and compiled.size_guard(leaves)
             ):
                 return compiled
         return None
 
-    def _dims_to_make_symbolic(self, key, leaves) -> tuple[dict[int, frozenset[int]], frozenset[int]]:
-        """``({tensor index: dims}, {int leaf positions})`` this compile makes symbolic
-        (``thunder_core.jit.dynamic``)."""
+    def _dims_to_make_symbolic(
+        self, key, leaves
+    ) -> tuple[dict[int, frozenset[int]], frozenset[int], frozenset[int]]:
+        """``({tensor index: dims}, {int leaf positions}, {tensor indexes: strides alone})`` this
+        compile makes symbolic (``thunder_core.jit.dynamic``)."""
+        nothing = frozenset()
         if self._dynamic is False:
-            return {}, frozenset()
+            return {}, nothing, nothing
         arguments = len(leaves) - (len(self._state.slots) if self._state is not None else 0)
         tensors = [x for x in leaves if isinstance(x, Tensor)]
         dims: dict[int, frozenset[int]] = {}
         if self._dynamic is True:
             dims = self._worth_trying(every_dim(leaves, arguments), tensors)
         elif isinstance(self._dynamic, ArgumentDims) and not self._entries:
-            return self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors), frozenset()
+            return self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors), nothing, nothing
         in_arguments = {
             i for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, Tensor)) if p < arguments
         }
         for compiled in reversed(self._entries):
             changed = changes(compiled.key, key)
-            if changed and set(changed[0]) <= in_arguments and all(p < arguments for p in changed[1]):
+            if (
+                changed
+                and set(changed[0]) <= in_arguments
+                and changed[2] <= in_arguments
+                and all(p < arguments for p in changed[1])
+            ):
                 merged = dict(compiled.symbolic_dims)
                 for tensor, ds in (*changed[0].items(), *dims.items()):
                     merged[tensor] = merged.get(tensor, frozenset()) | ds
@@ -472,8 +493,14 @@ class ThunderFunction(LastEntryPaths):
                     for p in compiled.symbolic_ints | changed[1]
                     if (p, None) not in self._fixed_dims and leaves[p] not in (0, 1)  # 0, 1: specialized
                 )
-                return self._worth_trying(merged, tensors), ints
-        return dims, frozenset()
+                merged = self._worth_trying(merged, tensors)
+                strides = frozenset(
+                    t
+                    for t in compiled.symbolic_strides | changed[2]
+                    if t not in merged and (t, "strides") not in self._fixed_dims
+                )
+                return merged, ints, strides
+        return dims, nothing, nothing
 
     def _worth_trying(self, dims: dict[int, frozenset[int]], tensors) -> dict[int, frozenset[int]]:
         """``dims`` without those that would be fixed anyway: sizes 0 and 1 (specialized by the
@@ -510,16 +537,16 @@ class ThunderFunction(LastEntryPaths):
             compiling(_display_name(self._guard_root), progress_mode),
             foreground_compile(),
         ):
-            dims, ints = self._dims_to_make_symbolic(key, leaves)
+            dims, ints, strides = self._dims_to_make_symbolic(key, leaves)
             failed = ""
-            if dims or ints:
+            if dims or ints or strides:
                 from thunder_core.capture.symbolic import SymbolicSizes
 
                 tried = {(t, d) for t, ds in dims.items() for d in ds} | {(p, None) for p in ints}
+                tried |= {(t, "strides") for t in strides}
+                sizes = SymbolicSizes(by_position(dims, leaves), ints, tensor_positions(strides, leaves))
                 try:
-                    compiled = self._compile_now(
-                        args, kwargs, key, SymbolicSizes(by_position(dims, leaves), ints)
-                    )
+                    compiled = self._compile_now(args, kwargs, key, sizes)
                 except TooMuchState:
                     raise
                 except Exception as error:  # noqa: BLE001 - compiled with fixed sizes instead, said in reasons
@@ -527,9 +554,12 @@ class ThunderFunction(LastEntryPaths):
                     self._fixed_dims |= tried  # not tried again
                 else:
                     names = [getattr(p, "name", "?") for p in compiled.traces[0].inputs]
-                    described = describe_dims(by_position(dims, leaves), names, ints)
+                    described = describe_dims(
+                        by_position(dims, leaves), names, ints, tensor_positions(strides, leaves)
+                    )
                     if compiled.size_guard.is_symbolic:
                         compiled.key, compiled.symbolic_dims, compiled.symbolic_ints = key, dims, ints
+                        compiled.symbolic_strides, compiled.symbolic = strides, True
                         compiled.sizes_note = f"symbolic sizes: {described}"
                         return compiled
                     # The program fixed every one of them (int(x.shape[0]), a size it compares
@@ -648,7 +678,7 @@ class ThunderFunction(LastEntryPaths):
         self._fast_structured = None
         if kwargs or not all(isinstance(a, Tensor) for a in args):
             self._remember_structured(key, entry, compiled, args, kwargs)
-        elif compiled.epilogue is None and compiled.symbolic_dims:  # its next new size: no miss
+        elif compiled.epilogue is None and compiled.symbolic:  # its next new size: no miss
             self._remember_all_tensors(key, entry, args, leaves)
         self._last = compiled
         if compiled.epilogue is not None:

@@ -36,17 +36,22 @@ class StructuredEntry(NamedTuple):
     state_key: tuple | None  # the module state's key (training flags) when it was remembered
 
 
-def tensor_metadata_check(tensors: tuple, symbolic_dims: dict[int, frozenset[int]] | None = None):
+def tensor_metadata_check(
+    tensors: tuple,
+    symbolic_dims: dict[int, frozenset[int]] | None = None,
+    free_strides: frozenset[int] = frozenset(),
+):
     """A compiled check that tensors have these tensors' type, sizes, strides, dtype, device,
     requires_grad and dispatch keys (PyTorch's own ``TensorGuards``, what Dynamo checks its inputs
     with); None where it is not available or ``tensors`` holds something else.
 
     ``symbolic_dims`` (``{tensor index: dims}``, an entry with symbolic sizes) leaves those
-    sizes free, and all strides of those tensors: the entry's size guard checks them."""
+    sizes free, and all strides of those tensors and of ``free_strides`` (tensor indexes): the
+    entry's size guard checks them."""
     if not tensors or not all(isinstance(t, Tensor) for t in tensors):
         return None
     try:
-        return metadata_check(tensors, symbolic_dims or {})
+        return metadata_check(tensors, symbolic_dims or {}, free_strides)
     except NotFlattenable:  # a torch without TensorGuards: the key path serves every call
         return None
 
@@ -57,10 +62,12 @@ class LastEntryPaths:
 
     def _remember_fast(self, key: tuple, entry: tuple, leaves, state_key=None) -> None:
         compiled = entry[2]
-        if compiled.symbolic_dims:  # one check serves every size the entry takes
+        if compiled.symbolic:  # one check serves every size the entry takes
             check = compiled.fast_paths.get("tensors")
             if check is None:
-                check = compiled.fast_paths["tensors"] = tensor_metadata_check(leaves, compiled.symbolic_dims)
+                check = compiled.fast_paths["tensors"] = tensor_metadata_check(
+                    leaves, compiled.symbolic_dims, compiled.symbolic_strides
+                )
         else:
             check = self._fast_checks.get(key)
             if check is None:
@@ -79,12 +86,14 @@ class LastEntryPaths:
         """Serve the next calls with this call's structure through a generated flattener instead
         of the key, built once per entry and key (once per entry with symbolic sizes: it serves
         every size)."""
-        symbolic = compiled.symbolic_dims or compiled.symbolic_ints
-        slot = None if symbolic else key
+        slot = None if compiled.symbolic else key
         flatten = compiled.fast_paths.get(slot)
         if flatten is None:
             flatten = compiled.fast_paths[slot] = (
-                build_flattener(args, kwargs, compiled.symbolic_dims, compiled.symbolic_ints) or False
+                build_flattener(
+                    args, kwargs, compiled.symbolic_dims, compiled.symbolic_ints, compiled.symbolic_strides
+                )
+                or False
             )
         known = self._state_known
         if flatten is False or (self._state is not None and known is None):
@@ -108,7 +117,7 @@ class LastEntryPaths:
                 return None
             leaves.extend(tensors)
         compiled = fast.entry[2]
-        if (compiled.symbolic_dims or compiled.symbolic_ints) and not compiled.size_guard(leaves):
+        if compiled.symbolic and not compiled.size_guard(leaves):
             return None
         return leaves
 

@@ -58,6 +58,8 @@ class Compiled:
     key: tuple = ()  # the cache key of the call it was compiled for
     symbolic_dims: dict = field(default_factory=dict)  # {tensor index among the inputs: symbolic dims}
     symbolic_ints: frozenset = frozenset()  # positions among the inputs of the ints it takes symbolic
+    symbolic_strides: frozenset = frozenset()  # tensor indexes whose strides alone are symbolic
+    symbolic: bool = False  # any of the three: calls of other sizes, strides or ints pass its size guard
     sizes_note: str = ""  # which sizes are symbolic, or why none are
     epilogue: object = (
         None  # thunder_core.capture.objects.Epilogue: what to do to argument objects after a call

@@ -384,7 +384,11 @@ def _size_assumptions(examples: list) -> dict:
     shape_env = next((s.node.shape_env for s in sizes if isinstance(s, torch.SymInt)), None)
     if shape_env is None or not hasattr(compiler_config, "cache_key_tag"):
         return {}
+    carried = set().union(*(s.node.expr.free_symbols for s in sizes if isinstance(s, torch.SymInt)))
+    guarded = set().union(*(guard.expr.free_symbols for guard in shape_env.guards))
     try:
+        if not guarded <= carried:  # torch's guard printer would fail on it (and log that it did)
+            raise LookupError("a symbol none of the inputs carries")
         assumed = shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
     except Exception:  # noqa: BLE001 - a symbol none of the inputs carries: the whole ShapeEnv, by symbol names
         assumed = repr(
