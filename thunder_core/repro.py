@@ -171,6 +171,8 @@ def _inputs(ops, output) -> list:
 
 def _input_spec(p) -> dict:
     if isinstance(p, NumberProxy):
+        if isinstance(p.value, torch.SymInt):
+            raise ReproError(f"input {p.name} is a symbolic int; a reproducer needs the values of one call")
         return {"name": p.name, "value": p.value}
     if any(not isinstance(s, int) for s in (*p.shape, *p.stride())):
         raise ReproError(f"input {p.name} has symbolic sizes; a reproducer needs the sizes of one call")
