@@ -19,7 +19,8 @@ shape really compiles; backends are interleaved over ``--rounds`` rounds. Printe
   generate of a prompt of a new length, and the compiles made.
   Tokens are compared with eager's;
 - steady: the same generate's steady state with every backend in one process (a copy of the model
-  each, compiled and settled first, background compiles waited for), one generate per backend in
+  each, its forward a code object of its own so that Dynamo's caches are not shared, compiled and
+  settled first, background compiles waited for), one generate per backend in
   turn, the order reversed every round, so that the machine's swings fall on every backend
   alike: the median, best and worst tokens per second over ``--rounds`` x 4 turns, and the
   ratios to eager and torch.compile.
@@ -174,6 +175,24 @@ def generate(backend: str, cache: str = "dynamic") -> dict:
             "compiles": _compiles(backend, model.forward), "mismatches": mismatches}  # fmt: skip
 
 
+def _forward_of_its_own(model) -> None:
+    """``model.forward`` bound to a copy of the class's function with a code object of its own.
+    Dynamo keeps its compiled entries, and its recompile limit, per code object: copies of one
+    model compiled by several torch.compile backends in one process would otherwise share them
+    (each lookup walking the others' entries, and the later backends running eagerly once the
+    limit is reached)."""
+    import types
+
+    function = type(model).forward
+    copied = types.FunctionType(
+        function.__code__.replace(), function.__globals__, function.__name__, function.__defaults__,
+        function.__closure__,
+    )  # fmt: skip
+    copied.__kwdefaults__ = function.__kwdefaults__
+    copied.__dict__.update(function.__dict__)
+    model.forward = types.MethodType(copied, model)
+
+
 def steady(backends: list[str], rounds: int, cache: str) -> None:
     """Tokens per second of every backend in one process, generates taken in turn (see the top)."""
     import copy
@@ -196,6 +215,7 @@ def steady(backends: list[str], rounds: int, cache: str) -> None:
     models, wrong = {}, {}
     for backend in backends:
         model = copy.deepcopy(base)
+        _forward_of_its_own(model)
         wrap_forward(model, backend)
         run(model)
         finish_background_compiles()

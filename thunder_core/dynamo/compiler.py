@@ -567,17 +567,21 @@ class ThunderCompiler:
 
 
 def _symbolic_dims(gm: fx.GraphModule) -> ArgumentDims | None:
-    """The dimensions of ``gm``'s tensor inputs that Dynamo made symbolic, by input position: the
-    part's first compile makes them symbolic too, so a size Dynamo lets through compiles nothing
-    more (None when Dynamo fixed every size: the part's own automatic dynamic shapes apply)."""
-    dims = ArgumentDims()
+    """The dimensions of ``gm``'s tensor inputs, and its int inputs, that Dynamo made symbolic, by
+    input position: the part's first compile makes them symbolic too, so a size Dynamo lets
+    through compiles nothing more (None when Dynamo fixed every size: the part's own automatic
+    dynamic shapes apply)."""
+    dims, ints = ArgumentDims(), set()
     for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
         value = node.meta.get("example_value", node.meta.get("val"))
         if isinstance(value, torch.Tensor):
             symbolic = frozenset(d for d, size in enumerate(value.shape) if isinstance(size, torch.SymInt))
             if symbolic:
                 dims[position] = symbolic
-    return dims or None
+        elif isinstance(value, torch.SymInt) and value.node.expr.free_symbols:
+            ints.add(position)
+    dims.ints = frozenset(ints)
+    return dims if dims or ints else None
 
 
 class _AsModule(torch.nn.Module):

@@ -33,7 +33,16 @@ DYNAMIC_MODES = (None, True, False)
 
 class ArgumentDims(dict):
     """``{argument position: dims}``: the dimensions of those tensor arguments that the first
-    compile makes symbolic; later compiles are automatic, as with ``dynamic=None``."""
+    compile makes symbolic, and in ``ints`` the positions of int arguments it makes symbolic;
+    later compiles are automatic, as with ``dynamic=None``."""
+
+    ints: frozenset[int] = frozenset()
+
+    def int_leaves(self, leaves, arguments: int) -> frozenset[int]:
+        """The leaf positions of those int arguments (0 and 1 are specialized, as sizes are)."""
+        return frozenset(
+            p for p in self.ints if p < arguments and type(leaves[p]) is int and leaves[p] not in (0, 1)
+        )
 
     def by_tensor(self, leaves, arguments: int) -> dict[int, frozenset[int]]:
         """The same dims keyed by tensor index among ``leaves`` (as compiles key them)."""

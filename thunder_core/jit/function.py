@@ -471,9 +471,12 @@ class ThunderFunction(LastEntryPaths):
         tensors = [x for x in leaves if isinstance(x, Tensor)]
         dims: dict[int, frozenset[int]] = {}
         if self._dynamic is True:
-            dims = self._worth_trying(every_dim(leaves, arguments), tensors)
-        elif isinstance(self._dynamic, ArgumentDims) and not self._entries:
-            return self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors), nothing, nothing
+            dims = every_dim(leaves, arguments)
+        if self._dynamic is True and not self._entries:
+            return self._worth_trying(dims, tensors), nothing, nothing
+        if isinstance(self._dynamic, ArgumentDims) and not self._entries:
+            dims = self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors)
+            return dims, self._dynamic.int_leaves(leaves, arguments), nothing
         in_arguments = {
             i for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, Tensor)) if p < arguments
         }
@@ -493,22 +496,28 @@ class ThunderFunction(LastEntryPaths):
                     for p in compiled.symbolic_ints | changed[1]
                     if (p, None) not in self._fixed_dims and leaves[p] not in (0, 1)  # 0, 1: specialized
                 )
-                merged = self._worth_trying(merged, tensors)
+                # Sizes the program fixed while these ints were fixed may stay symbolic beside
+                # them (a cache's length and the int counting its tokens): tried once more.
+                merged = self._worth_trying(merged, tensors, again=bool(ints - compiled.symbolic_ints))
                 strides = frozenset(
                     t
                     for t in compiled.symbolic_strides | changed[2]
                     if t not in merged and (t, "strides") not in self._fixed_dims
                 )
                 return merged, ints, strides
-        return dims, nothing, nothing
+        return self._worth_trying(dims, tensors), nothing, nothing
 
-    def _worth_trying(self, dims: dict[int, frozenset[int]], tensors) -> dict[int, frozenset[int]]:
+    def _worth_trying(
+        self, dims: dict[int, frozenset[int]], tensors, again: bool = False
+    ) -> dict[int, frozenset[int]]:
         """``dims`` without those that would be fixed anyway: sizes 0 and 1 (specialized by the
-        ShapeEnv) and dims the program fixed before."""
+        ShapeEnv) and, unless ``again``, dims the program fixed before."""
         kept = {}
         for tensor, ds in dims.items():
             ds = frozenset(
-                d for d in ds if tensors[tensor].shape[d] > 1 and (tensor, d) not in self._fixed_dims
+                d
+                for d in ds
+                if tensors[tensor].shape[d] > 1 and (again or (tensor, d) not in self._fixed_dims)
             )
             if ds:
                 kept[tensor] = ds
