@@ -184,7 +184,9 @@ def test_sliding_window_generate_gives_eagers_tokens_without_a_compile_per_token
     assert any("cumulative_length" in reason for reason in info.reasons), info.reasons
     if cache == "dynamic":  # (a static cache is made anew for this prompt: Hugging Face's choice)
         assert torch.equal(greedy_generate(model, prompts[1], **kwargs), expected[1])
-        assert thunder_core.cache_info(model.forward).entries <= 4, thunder_core.cache_info(model.forward).reasons
+        assert thunder_core.cache_info(model.forward).entries <= 4, thunder_core.cache_info(
+            model.forward
+        ).reasons
 
 
 def test_an_int_dynamo_made_symbolic_is_symbolic_in_the_parts_first_compile():
