@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 import torch
-from models import greedy_generate, token_batch
+from models import greedy_generate, hf_llama, token_batch
 
 import thunder_core
 
@@ -98,15 +98,33 @@ def test_the_size_guard_reading_ints_once_answers_as_torchs_printed_guard():
         pytest.param(lambda x, n: x * (1.0 / n), id="float"),
         pytest.param(lambda x, n: torch.stack([c.sum() for c in x.chunk(n)]), id="chunks"),
         pytest.param(lambda x, n: torch.cat([t * 2 for t in x.split(n)]), id="split"),
+        pytest.param(lambda x, n: x[slice(-n, None) if isinstance(n, int) else n] * 2, id="isinstance"),
     ],
 )
 def test_every_use_of_an_int_gives_eagers_result(fn):
     """Uses that need its value (printing it, a dict key, a loop count) specialize the program on
-    it; the others stay symbolic. Either way each call gives eager's result."""
+    it; the others stay symbolic (``isinstance(n, int)`` is True, as in eager). Either way each
+    call gives eager's result."""
     jfn = thunder_core.jit(fn)
     for n in (3, 5, 12, 10, 2):
         x = torch.randn(12, 3)
         torch.testing.assert_close(jfn(x, n), fn(x, n))
+
+
+def test_logits_for_a_changing_number_of_positions_are_eagers():
+    """Hugging Face's ``logits_to_keep`` (assisted decoding passes a new count each step) is a
+    slice of the last positions when it is an int, and an index tensor otherwise."""
+    torch.manual_seed(0)
+    model = hf_llama(n_layer=1).eval()
+    tokens = token_batch(1, 12, seed=7)
+    forward = thunder_core.jit(model.forward)
+    with torch.no_grad():
+        for keep in (2, 3, 5, 4):
+            got = forward(tokens, logits_to_keep=keep).logits
+            torch.testing.assert_close(got, model(tokens, logits_to_keep=keep).logits)
+            assert got.shape == (1, keep, 256)
+    info = thunder_core.cache_info(forward)
+    assert info.entries == 2 and info.reasons[1].endswith("int logits_to_keep"), info.reasons
 
 
 @dataclasses.dataclass
@@ -137,6 +155,28 @@ def test_an_int_attribute_the_function_updates_is_seen_by_the_caller():
     info = thunder_core.cache_info(jfn)
     assert info.entries <= 3, info.reasons  # not one per step
     assert any("symbolic sizes: int window_seen" in reason for reason in info.reasons), info.reasons
+
+
+class _Scaled(torch.nn.Module):
+    """Holds a window and reads it, besides the one it is given (which may be another)."""
+
+    def __init__(self, window: Window):
+        super().__init__()
+        self.window = window
+
+    def forward(self, x, window: Window):
+        return x * self.window.seen + window.seen
+
+
+def test_an_argument_object_the_module_also_holds_is_read_as_the_module_holds_it():
+    held, other = Window(torch.zeros(1)), Window(torch.zeros(1))
+    model = _Scaled(held)
+    jitted = thunder_core.jit(model)
+    x = torch.randn(3)
+    for step in range(2, 9):
+        held.seen, other.seen = step, 10 * step
+        for given in (held, other, held):
+            torch.testing.assert_close(jitted(x, given), model(x, given))
 
 
 def test_training_with_an_int_argument_gives_eagers_gradients():

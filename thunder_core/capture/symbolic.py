@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextvars
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
+from thunder_core.capture.symbolic_python import as_eager_values
 from thunder_core.ir.proxies import NumberProxy
 from thunder_core.ir.symbolic import name_symbols, size_symbols
 
@@ -102,7 +103,8 @@ class SymbolicSizes:
     def number(self, value: int, position: int, name: str):
         """The int input at ``position``: a ``SymInt`` if it is one of ``ints`` (its value is the
         hint, and the program's comparisons on it become guards), else ``value`` itself. Unlike a
-        size it may be negative, 0 or 1: nothing is assumed of its sign."""
+        size it may be negative: nothing is assumed of its sign (0 and 1 are specialized, and the
+        callers leave them fixed)."""
         if position not in self.ints or type(value) is not int:
             return value
         from torch._dynamo.source import LocalSource
@@ -181,43 +183,14 @@ def symbolic_examples(proxies) -> list[torch.Tensor] | None:
     return [sizes.fake(p) for p in proxies]
 
 
-_TEXT_METHODS = ("__str__", "__repr__", "__format__")
-_text_observed = False
-
-
-def _observing_text(kind: type, name: str):
-    original = getattr(kind, name)
-    concrete = int if kind is torch.SymInt else float if kind is torch.SymFloat else bool
-
-    def method(self, *args):
-        sizes = _active.get()
-        if sizes is not None and getattr(self.node, "shape_env", None) is sizes.shape_env:
-            return getattr(concrete(self), name)(*args)  # the value for this call, guarded
-        return original(self, *args)
-
-    method.__name__, method.__qualname__ = name, f"{kind.__name__}.{name}"
-    return method
-
-
-def _text_is_a_value() -> None:
-    """Printing a symbolic size or int of a capture (``str(n)``, ``f"{n}"``) gives its value for
-    this call and specializes the program on it, as any other use of the value does: the text
-    would otherwise be the symbol's name (``s0``), the same for every value. Installed on
-    ``torch.SymInt``, ``SymFloat`` and ``SymBool`` at the first symbolic capture; other
-    SymInts (another thread's torch.compile) print as before."""
-    global _text_observed
-    if _text_observed:
-        return
-    for kind in (torch.SymInt, torch.SymFloat, torch.SymBool):
-        for name in _TEXT_METHODS:
-            setattr(kind, name, _observing_text(kind, name))
-    _text_observed = True
+def _ours(value) -> bool:
+    """Whether ``value`` is a symbolic size or int of the capture running in this context."""
+    sizes = _active.get()
+    return sizes is not None and getattr(value.node, "shape_env", None) is sizes.shape_env
 
 
 @contextmanager
 def capturing_symbolically(sizes: SymbolicSizes | None):
-    if sizes is not None:
-        _text_is_a_value()
     token = _active.set(sizes)
     # FakeTensorMode's dispatch cache costs more than it saves here: building an entry for
     # symbolic sizes is symbolic arithmetic on all of them, and the capture's own memo
@@ -226,7 +199,8 @@ def capturing_symbolically(sizes: SymbolicSizes | None):
     if sizes is not None:
         sizes.fake_mode.cache_enabled = False
     try:
-        yield
+        with as_eager_values(_ours) if sizes is not None else nullcontext():
+            yield
     finally:
         _active.reset(token)
         if sizes is not None:
@@ -361,7 +335,7 @@ class SizeGuard:
         """The first of the guard's conditions that ``leaves`` fail (``cache_info`` names it)."""
         values = self._values(leaves)
         if values is None:
-            return "the number of dimensions"
+            return "the number of dimensions, or an int argument's type"
         for condition in self.expression.split(" and "):
             try:
                 holds = eval(compile(f"lambda L: {condition}", "<size guard>", "eval"), guard_globals())(

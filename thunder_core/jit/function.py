@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 
 from thunder_core.disk_cache import DEFAULT_CACHE_DIR, DiskCache, job_cache_directory, open_disk_cache
+from thunder_core.errors import CaptureError
 from thunder_core.executors.background import compiling_in_background, foreground_compile, wants_background
 from thunder_core.executors.second_call import ProgramCalls, compiling_at_second_call
 from thunder_core.ir.symbols import _recorders
@@ -147,7 +148,9 @@ class ThunderFunction(LastEntryPaths):
         # The first program counts as a recompile (compile_in_background="recompiles"): the
         # torch.compile front end's part for a frame Dynamo compiled again.
         self._first_is_recompile = recompiles
-        self._fixed_dims: set[tuple[int, int]] = set()  # (tensor index, dim) the program specialized
+        # What the program specialized, not tried symbolic again: (tensor index, dim), (int leaf
+        # position, None) and (tensor index, "strides").
+        self._fixed_dims: set[tuple] = set()
         self._arguments = arguments  # thunder_core.jit's arguments, for pickling
         self._remake = remake  # fn -> a new ThunderFunction of it (a module's bound method: jit_method)
         self._recompile_limit = recompile_limit
@@ -567,6 +570,9 @@ class ThunderFunction(LastEntryPaths):
                         by_position(dims, leaves), names, ints, tensor_positions(strides, leaves)
                     )
                     if compiled.size_guard.is_symbolic:
+                        kept = sizes.symbolic_ints()  # an int the program fixed (range(n)) stays fixed
+                        self._fixed_dims |= {(p, None) for p in ints - kept}
+                        ints = ints & kept
                         compiled.key, compiled.symbolic_dims, compiled.symbolic_ints = key, dims, ints
                         compiled.symbolic_strides, compiled.symbolic = strides, True
                         compiled.sizes_note = f"symbolic sizes: {described}"
@@ -617,6 +623,12 @@ class ThunderFunction(LastEntryPaths):
                 # capture as if there were no entry (a failure of the program itself recurs there).
                 return self._compile_now(args, kwargs, key, symbolic_sizes, use_disk=False)
         if builder is not None:
+            aliased = builder.arguments_read_through_the_module() if symbolic_sizes is not None else None
+            if aliased is not None and symbolic_sizes.ints:
+                raise CaptureError(
+                    f"an argument object the module also holds (as {aliased}) and the program reads through "
+                    "it holds an int taken symbolic; its ints stay fixed"
+                )
             compiled.guard = builder.build()
             compiled.guard_tokens = builder.tokens
             compiled.guard_tree_checks = builder.tree_checks

@@ -37,6 +37,7 @@ import enum
 import functools
 import itertools
 import math
+import re
 import sys
 import types
 from typing import Any
@@ -245,13 +246,37 @@ class GuardBuilder:
         self.stable_reads: list[tuple[str, object]] = []  # values read from library modules, unguarded
         self.not_replayable: str | None = None  # why the global reads cannot be replayed elsewhere
         self._free_int_homes: set[int] = set()  # argument containers whose ints the cache key holds
+        self._free_int_checks: list[int] = []  # the checks of those ints' values
+        self._argument_hops: set[str] = set()  # attributes through which the walk reached them
+        self._unnamed_hop = False  # reached through a list or dict item instead
+        self._inside_argument = 0
 
     def argument_ints_free(self, containers: set[int]) -> None:
-        """The ints held by these containers (the call's argument lists, dicts and objects, also
-        reached through the module: a cache kept on the model) are checked for their type only:
-        the cache key holds their values, and an entry compiled with symbolic ints takes other
-        values (its size guard checks them)."""
+        """The ints held by these containers (the call's argument lists, dicts and objects) that
+        the walk also reaches through the module (Hugging Face's ``generate`` keeps its cache on
+        the model as ``_cache``) are checked for their type only, if no code the capture ran
+        names the attribute through which the walk reached them: the program then read them as
+        arguments, the cache key holds their values, and an entry compiled with symbolic ints
+        takes other values (its size guard checks them). Otherwise their values are checked."""
         self._free_int_homes = containers
+
+    def _ints_may_be_free(self) -> bool:
+        if self._unnamed_hop:
+            return False
+        return not any(
+            name in code.co_names or name in code.co_consts
+            for _, code in self.codes_run
+            for name in self._argument_hops
+        )
+
+    def arguments_read_through_the_module(self) -> str | None:
+        """After capture: the attribute through which the program may have read ints of an
+        argument object that the module holds too (None if it cannot have). Capture saw one
+        object there, so the trace reads the argument's ints for both; a later call given another
+        object would read them for the module's too. Such ints must stay fixed."""
+        if not self._free_int_checks or self._ints_may_be_free():
+            return None
+        return ", ".join(sorted(self._argument_hops)) or "an item of a list or dict"
 
     # Emitting checks.
     def bind(self, obj, prefix: str = "o") -> str:
@@ -349,6 +374,21 @@ class GuardBuilder:
         self._keepalive.append(obj)
         name = self.bind(obj)
         depth += 1
+        if id(obj) in self._free_int_homes and not self._inside_argument:  # an argument, found outside
+            hop = re.search(r"\.([A-Za-z_]\w*)$", what)
+            if hop is None:
+                self._unnamed_hop = True
+            else:
+                self._argument_hops.add(hop.group(1))
+            self._inside_argument += 1
+            try:
+                self._contents(obj, name, what, depth)
+            finally:
+                self._inside_argument -= 1
+            return
+        self._contents(obj, name, what, depth)
+
+    def _contents(self, obj, name: str, what: str, depth: int) -> None:
         inner_root = getattr(type(obj), "thunder_core_guard_root", None)
         if inner_root is not None:  # a jitted function or module: what it would inline is its root
             self.contents(inner_root.__get__(obj), what, depth)
@@ -413,10 +453,10 @@ class GuardBuilder:
         )  # fmt: skip
 
     def _item(self, expr: str, item, what: str, depth: int, covered: tuple, free_int: bool) -> None:
-        if free_int and type(item) is int:  # its value is in the cache key (argument_ints_free)
-            self.condition(expr, "type(v) is int", what, "an int (an argument's)", covered)
-        else:
-            self.value(expr, item, what, depth, covered)
+        before = len(self._checks)
+        self.value(expr, item, what, depth, covered)
+        if free_int and type(item) is int and len(self._checks) > before:  # argument_ints_free
+            self._free_int_checks.append(before)
 
     def _dict_items(
         self, name: str, d: dict, what: str, depth: int, attributes: bool = False, free_ints: bool = False
@@ -653,7 +693,11 @@ class GuardBuilder:
         self.tree_checks = len(self._checks)
 
     def build(self) -> Guard:
-        return Guard(list(self._checks), self._namespace, list(self._descriptions), list(self._covers))
+        checks = list(self._checks)
+        if self._free_int_checks and self._ints_may_be_free():
+            for index in self._free_int_checks:
+                checks[index] = (checks[index][0], "type(v) is int")
+        return Guard(checks, self._namespace, list(self._descriptions), list(self._covers))
 
     def build_captured_part(self) -> Guard:
         """A guard of only the checks added after the walk of the roots (globals read, lifted tensors)."""
