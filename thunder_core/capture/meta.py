@@ -19,6 +19,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from thunder_core.capture import symbolic
+from thunder_core.capture.symbolic_python import kernels_running
 from thunder_core.capture.without_dynamo import before_python_meta_kernels
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
@@ -337,7 +338,7 @@ def _fake_outputs(sizes: symbolic.SymbolicSizes, fn, args: tuple, kwargs: dict, 
     # The Python dispatcher, as Dynamo runs its fake tensors: composite operations and metas run
     # PyTorch's Python kernels, which take symbolic sizes. Some of their C++ kernels do not (the
     # CUDA attention mask's constant_pad_nd, matmul's fold check in torch 2.11).
-    with sizes.fake_mode, enable_python_dispatcher():
+    with sizes.fake_mode, enable_python_dispatcher(), kernels_running():
         out = fn(*fake_args, **fake_kwargs)
     return out, fakes.proxies()
 

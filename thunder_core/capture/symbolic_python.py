@@ -8,8 +8,9 @@ of the program), but two Python operations would quietly answer for every value 
   non-int (Hugging Face's ``logits_to_keep``: a slice for an int, an index tensor otherwise)
   would take the wrong one. While a symbolic capture runs, ``builtins.isinstance`` answers for
   a SymInt (SymFloat, SymBool) of that capture as it would for an int (float, bool) when called
-  from the user's code; torch's and thunder-core's own code, which tells symbolic sizes from
-  ints on purpose, gets the builtin's answer. (``type(n) is int`` is not covered.)
+  from the user's code; torch's and thunder-core's own code, and the fake kernels that capture
+  runs an operation's metadata through (``kernels_running``), which tell symbolic sizes from
+  ints on purpose, get the builtin's answer. (``type(n) is int`` is not covered.)
 - ``str(n)``, ``repr(n)``, ``f"{n}"`` would be the symbol's name (``s0``): they give the value
   for this call, and the program is specialized on it, as any use of the value is.
 
@@ -21,6 +22,7 @@ builtin is replaced only while a symbolic capture runs, and put back when the la
 from __future__ import annotations
 
 import builtins
+import contextvars
 import sys
 import threading
 from collections.abc import Callable
@@ -39,6 +41,17 @@ _lock = threading.Lock()
 _captures = 0
 _text_installed = False
 _is_ours: Callable[[object], bool] = lambda value: False  # noqa: E731 - set by ``as_eager_values``
+_in_kernels: contextvars.ContextVar[bool] = contextvars.ContextVar("in_kernels", default=False)
+
+
+@contextmanager
+def kernels_running():
+    """Around operations' fake and meta kernels run by capture: they see symbolic values as they are."""
+    token = _in_kernels.set(True)
+    try:
+        yield
+    finally:
+        _in_kernels.reset(token)
 
 
 def _from_a_library(frame) -> bool:
@@ -48,7 +61,12 @@ def _from_a_library(frame) -> bool:
 
 def _isinstance(obj, classinfo, /) -> bool:
     kind = type(obj)
-    if kind in _EAGER_TYPE and _is_ours(obj) and not _from_a_library(sys._getframe(1)):
+    if (
+        kind in _EAGER_TYPE
+        and _is_ours(obj)
+        and not _in_kernels.get()
+        and not _from_a_library(sys._getframe(1))
+    ):
         return _builtin_isinstance(_STAND_IN[kind], classinfo)
     return _builtin_isinstance(obj, classinfo)
 
