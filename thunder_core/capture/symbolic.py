@@ -68,6 +68,7 @@ class SymbolicSizes:
         self.dims = dims
         self.ints = ints
         self.strides = strides
+        self.user_python = True  # the captured code may test its values (symbolic_python); not an FX graph
         self.int_values: dict[int, object] = {}  # input position -> its SymInt (or int, if specialized)
         self.shape_env = ShapeEnv()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=False)
@@ -199,7 +200,7 @@ def capturing_symbolically(sizes: SymbolicSizes | None):
     if sizes is not None:
         sizes.fake_mode.cache_enabled = False
     try:
-        with as_eager_values(_ours) if sizes is not None else nullcontext():
+        with as_eager_values(_ours) if sizes is not None and sizes.user_python else nullcontext():
             yield
     finally:
         _active.reset(token)

@@ -557,6 +557,8 @@ class ThunderFunction(LastEntryPaths):
                 tried = {(t, d) for t, ds in dims.items() for d in ds} | {(p, None) for p in ints}
                 tried |= {(t, "strides") for t in strides}
                 sizes = SymbolicSizes(by_position(dims, leaves), ints, tensor_positions(strides, leaves))
+                # An FX graph (the front end's part) runs no user Python: Dynamo answered its questions.
+                sizes.user_python = not isinstance(self._guard_root, torch.fx.GraphModule)
                 try:
                     compiled = self._compile_now(args, kwargs, key, sizes)
                 except TooMuchState:
