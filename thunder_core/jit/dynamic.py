@@ -159,6 +159,72 @@ def every_dim(leaves, arguments: int) -> dict[int, frozenset[int]]:
     return {tensors[p]: frozenset(range(leaves[p].dim())) for p in positions if leaves[p].dim()}
 
 
+def to_make_symbolic(
+    dynamic, entries: list, key: tuple, leaves, arguments: int, fixed: set
+) -> tuple[dict[int, frozenset[int]], frozenset[int], frozenset[int]]:
+    """``({tensor index: dims}, {int leaf positions}, {tensor indexes: strides alone})`` this
+    compile makes symbolic, given the compiled ``entries`` (newest last), the ``arguments``
+    first leaves (the module state's after them keep fixed sizes) and ``fixed``: what the
+    program specialized before, (tensor index, dim), (int leaf position, None) and (tensor
+    index, "strides"), not tried again."""
+    nothing = frozenset()
+    if dynamic is False:
+        return {}, nothing, nothing
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    dims: dict[int, frozenset[int]] = {}
+    if dynamic is True:
+        dims = every_dim(leaves, arguments)
+    if dynamic is True and not entries:
+        return _worth_trying(dims, tensors, fixed), nothing, nothing
+    if isinstance(dynamic, ArgumentDims) and not entries:
+        dims = _worth_trying(dynamic.by_tensor(leaves, arguments), tensors, fixed)
+        return dims, dynamic.int_leaves(leaves, arguments), nothing
+    in_arguments = {
+        i
+        for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, torch.Tensor))
+        if p < arguments
+    }
+    for compiled in reversed(entries):
+        changed = changes(compiled.key, key)
+        if (
+            changed
+            and set(changed[0]) <= in_arguments
+            and changed[2] <= in_arguments
+            and all(p < arguments for p in changed[1])
+        ):
+            merged = dict(compiled.symbolic_dims)
+            for tensor, ds in (*changed[0].items(), *dims.items()):
+                merged[tensor] = merged.get(tensor, frozenset()) | ds
+            ints = frozenset(
+                p
+                for p in compiled.symbolic_ints | changed[1]
+                if (p, None) not in fixed and leaves[p] not in (0, 1)  # 0, 1: specialized
+            )
+            # Sizes the program fixed while these ints were fixed may stay symbolic beside
+            # them (a cache's length and the int counting its tokens): tried once more.
+            merged = _worth_trying(merged, tensors, fixed, again=bool(ints - compiled.symbolic_ints))
+            strides = frozenset(
+                t
+                for t in compiled.symbolic_strides | changed[2]
+                if t not in merged and (t, "strides") not in fixed
+            )
+            return merged, ints, strides
+    return _worth_trying(dims, tensors, fixed), nothing, nothing
+
+
+def _worth_trying(
+    dims: dict[int, frozenset[int]], tensors, fixed: set, again: bool = False
+) -> dict[int, frozenset[int]]:
+    """``dims`` without those that would be fixed anyway: sizes 0 and 1 (specialized by the
+    ShapeEnv) and, unless ``again``, dims the program fixed before."""
+    kept = {}
+    for tensor, ds in dims.items():
+        ds = frozenset(d for d in ds if tensors[tensor].shape[d] > 1 and (again or (tensor, d) not in fixed))
+        if ds:
+            kept[tensor] = ds
+    return kept
+
+
 def describe_dims(dims: dict[int, frozenset[int]], names: list[str], ints=(), strides=()) -> str:
     """``x dims 0, 1; y dim 0; k strides; int n`` for ``cache_info`` (by trace input position)."""
     parts = []

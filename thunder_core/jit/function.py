@@ -20,14 +20,12 @@ from thunder_core.executors.second_call import ProgramCalls, compiling_at_second
 from thunder_core.ir.symbols import _recorders
 from thunder_core.jit.cache_key import add_to_key, argument_containers, describe
 from thunder_core.jit.dynamic import (
-    ArgumentDims,
     by_position,
-    changes,
     check_dynamic,
     describe_dims,
-    every_dim,
     fits,
     tensor_positions,
+    to_make_symbolic,
 )
 from thunder_core.jit.fingerprint import versions
 from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
@@ -107,6 +105,11 @@ def _garbage_collection_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _fits(compiled: Compiled, key) -> bool:
+    """Whether ``key`` differs from the key a symbolic entry was compiled for only where it is symbolic."""
+    return fits(compiled.key, compiled.symbolic_dims, key, compiled.symbolic_ints, compiled.symbolic_strides)
 
 
 class ThunderFunction(LastEntryPaths):
@@ -335,17 +338,7 @@ class ThunderFunction(LastEntryPaths):
     def _why_recompile(self, key, leaves, description: dict[str, str]) -> str:
         """What changed since an earlier entry: a guarded value under the same key, else the inputs."""
         for compiled in reversed(self._entries):
-            if (
-                compiled.size_guard is not None
-                and fits(
-                    compiled.key,
-                    compiled.symbolic_dims,
-                    key,
-                    compiled.symbolic_ints,
-                    compiled.symbolic_strides,
-                )
-                and not compiled.size_guard(leaves)
-            ):
+            if compiled.size_guard is not None and _fits(compiled, key) and not compiled.size_guard(leaves):
                 return f"size guard failed: {compiled.size_guard.failing(leaves)}"
         variants = self._variants.get(key)
         if variants:
@@ -449,82 +442,17 @@ class ThunderFunction(LastEntryPaths):
         for compiled in reversed(self._entries):
             if (
                 compiled.size_guard is not None
-                and fits(
-                    compiled.key,
-                    compiled.symbolic_dims,
-                    key,
-                    compiled.symbolic_ints,
-                    compiled.symbolic_strides,
-                )
+                and _fits(compiled, key)
                 and (compiled.guard is None or compiled.guard.check() is None)
                 and compiled.size_guard(leaves)
             ):
                 return compiled
         return None
 
-    def _dims_to_make_symbolic(
-        self, key, leaves
-    ) -> tuple[dict[int, frozenset[int]], frozenset[int], frozenset[int]]:
-        """``({tensor index: dims}, {int leaf positions}, {tensor indexes: strides alone})`` this
-        compile makes symbolic (``thunder_core.jit.dynamic``)."""
-        nothing = frozenset()
-        if self._dynamic is False:
-            return {}, nothing, nothing
+    def _dims_to_make_symbolic(self, key, leaves):
+        """What this compile makes symbolic (``thunder_core.jit.dynamic.to_make_symbolic``)."""
         arguments = len(leaves) - (len(self._state.slots) if self._state is not None else 0)
-        tensors = [x for x in leaves if isinstance(x, Tensor)]
-        dims: dict[int, frozenset[int]] = {}
-        if self._dynamic is True:
-            dims = every_dim(leaves, arguments)
-        if self._dynamic is True and not self._entries:
-            return self._worth_trying(dims, tensors), nothing, nothing
-        if isinstance(self._dynamic, ArgumentDims) and not self._entries:
-            dims = self._worth_trying(self._dynamic.by_tensor(leaves, arguments), tensors)
-            return dims, self._dynamic.int_leaves(leaves, arguments), nothing
-        in_arguments = {
-            i for i, p in enumerate(p for p, x in enumerate(leaves) if isinstance(x, Tensor)) if p < arguments
-        }
-        for compiled in reversed(self._entries):
-            changed = changes(compiled.key, key)
-            if (
-                changed
-                and set(changed[0]) <= in_arguments
-                and changed[2] <= in_arguments
-                and all(p < arguments for p in changed[1])
-            ):
-                merged = dict(compiled.symbolic_dims)
-                for tensor, ds in (*changed[0].items(), *dims.items()):
-                    merged[tensor] = merged.get(tensor, frozenset()) | ds
-                ints = frozenset(
-                    p
-                    for p in compiled.symbolic_ints | changed[1]
-                    if (p, None) not in self._fixed_dims and leaves[p] not in (0, 1)  # 0, 1: specialized
-                )
-                # Sizes the program fixed while these ints were fixed may stay symbolic beside
-                # them (a cache's length and the int counting its tokens): tried once more.
-                merged = self._worth_trying(merged, tensors, again=bool(ints - compiled.symbolic_ints))
-                strides = frozenset(
-                    t
-                    for t in compiled.symbolic_strides | changed[2]
-                    if t not in merged and (t, "strides") not in self._fixed_dims
-                )
-                return merged, ints, strides
-        return self._worth_trying(dims, tensors), nothing, nothing
-
-    def _worth_trying(
-        self, dims: dict[int, frozenset[int]], tensors, again: bool = False
-    ) -> dict[int, frozenset[int]]:
-        """``dims`` without those that would be fixed anyway: sizes 0 and 1 (specialized by the
-        ShapeEnv) and, unless ``again``, dims the program fixed before."""
-        kept = {}
-        for tensor, ds in dims.items():
-            ds = frozenset(
-                d
-                for d in ds
-                if tensors[tensor].shape[d] > 1 and (again or (tensor, d) not in self._fixed_dims)
-            )
-            if ds:
-                kept[tensor] = ds
-        return kept
+        return to_make_symbolic(self._dynamic, self._entries, key, leaves, arguments, self._fixed_dims)
 
     def _compile(self, args, kwargs, key, leaves) -> Compiled:
         config = self._job.config if self._job is not None else None

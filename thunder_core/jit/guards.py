@@ -37,7 +37,6 @@ import enum
 import functools
 import itertools
 import math
-import re
 import sys
 import types
 from typing import Any
@@ -53,6 +52,7 @@ from thunder_core.capture.reads import (
     same_generator_state,
 )
 from thunder_core.errors import CaptureError
+from thunder_core.jit.argument_ints import ArgumentInts
 from thunder_core.jit.dict_versions import class_table, dict_version, install_version_checks
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "(absent)"})()
@@ -245,38 +245,18 @@ class GuardBuilder:
         self.codes_run: list[tuple[str, types.CodeType]] = []  # (module name, code), each first run
         self.stable_reads: list[tuple[str, object]] = []  # values read from library modules, unguarded
         self.not_replayable: str | None = None  # why the global reads cannot be replayed elsewhere
-        self._free_int_homes: set[int] = set()  # argument containers whose ints the cache key holds
-        self._free_int_checks: list[int] = []  # the checks of those ints' values
-        self._argument_hops: set[str] = set()  # attributes through which the walk reached them
-        self._unnamed_hop = False  # reached through a list or dict item instead
-        self._inside_argument = 0
+        self.argument_ints = ArgumentInts()  # thunder_core.jit.argument_ints
 
     def argument_ints_free(self, containers: set[int]) -> None:
-        """The ints held by these containers (the call's argument lists, dicts and objects) that
-        the walk also reaches through the module (Hugging Face's ``generate`` keeps its cache on
-        the model as ``_cache``) are checked for their type only, if no code the capture ran
-        names the attribute through which the walk reached them: the program then read them as
-        arguments, the cache key holds their values, and an entry compiled with symbolic ints
-        takes other values (its size guard checks them). Otherwise their values are checked."""
-        self._free_int_homes = containers
-
-    def _ints_may_be_free(self) -> bool:
-        if self._unnamed_hop:
-            return False
-        return not any(
-            name in code.co_names or name in code.co_consts
-            for _, code in self.codes_run
-            for name in self._argument_hops
-        )
+        """The ints of these argument containers, where the walk also meets them through the
+        module, are checked for their type only if the program read them as arguments
+        (``thunder_core.jit.argument_ints``)."""
+        self.argument_ints.homes = containers
 
     def arguments_read_through_the_module(self) -> str | None:
         """After capture: the attribute through which the program may have read ints of an
-        argument object that the module holds too (None if it cannot have). Capture saw one
-        object there, so the trace reads the argument's ints for both; a later call given another
-        object would read them for the module's too. Such ints must stay fixed."""
-        if not self._free_int_checks or self._ints_may_be_free():
-            return None
-        return ", ".join(sorted(self._argument_hops)) or "an item of a list or dict"
+        argument object that the module holds too (None if it cannot have); they must stay fixed."""
+        return self.argument_ints.read_through_the_module(self.codes_run)
 
     # Emitting checks.
     def bind(self, obj, prefix: str = "o") -> str:
@@ -374,17 +354,11 @@ class GuardBuilder:
         self._keepalive.append(obj)
         name = self.bind(obj)
         depth += 1
-        if id(obj) in self._free_int_homes and not self._inside_argument:  # an argument, found outside
-            hop = re.search(r"\.([A-Za-z_]\w*)$", what)
-            if hop is None:
-                self._unnamed_hop = True
-            else:
-                self._argument_hops.add(hop.group(1))
-            self._inside_argument += 1
+        if self.argument_ints.entering(obj, what):  # an argument, found outside the arguments
             try:
                 self._contents(obj, name, what, depth)
             finally:
-                self._inside_argument -= 1
+                self.argument_ints.left()
             return
         self._contents(obj, name, what, depth)
 
@@ -408,11 +382,11 @@ class GuardBuilder:
         elif type(obj) is list or type(obj) is tuple:
             if type(obj) is list:
                 self.condition(f"len({name})", f"v == {len(obj)}", f"len({what})", len(obj))
-            free = id(obj) in self._free_int_homes
+            free = id(obj) in self.argument_ints.homes
             for i, item in enumerate(obj):
                 self._item(f"{name}[{i}]", item, f"{what}[{i}]", depth, (), free)
         elif isinstance(obj, dict):
-            self._dict_items(name, obj, what, depth, free_ints=id(obj) in self._free_int_homes)
+            self._dict_items(name, obj, what, depth, free_ints=id(obj) in self.argument_ints.homes)
         elif isinstance(obj, (set, frozenset)):
             if all(is_immutable(x) for x in obj):
                 self.equal(f"frozenset({name})", frozenset(obj), what)
@@ -456,7 +430,7 @@ class GuardBuilder:
         before = len(self._checks)
         self.value(expr, item, what, depth, covered)
         if free_int and type(item) is int and len(self._checks) > before:  # argument_ints_free
-            self._free_int_checks.append(before)
+            self.argument_ints.checks.append(before)
 
     def _dict_items(
         self, name: str, d: dict, what: str, depth: int, attributes: bool = False, free_ints: bool = False
@@ -493,7 +467,7 @@ class GuardBuilder:
         if isinstance(attributes, dict):
             d = self.bind(attributes, "d")
             self.namespaces.append((attributes, what))
-            free = id(obj) in self._free_int_homes
+            free = id(obj) in self.argument_ints.homes
             self._dict_items(d, attributes, what, depth, attributes=True, free_ints=free)
         for slot in _slots(type(obj)):
             value = getattr(obj, slot, MISSING)
@@ -694,8 +668,8 @@ class GuardBuilder:
 
     def build(self) -> Guard:
         checks = list(self._checks)
-        if self._free_int_checks and self._ints_may_be_free():
-            for index in self._free_int_checks:
+        if self.argument_ints.checks and self.argument_ints.may_be_free(self.codes_run):
+            for index in self.argument_ints.checks:
                 checks[index] = (checks[index][0], "type(v) is int")
         return Guard(checks, self._namespace, list(self._descriptions), list(self._covers))
 
