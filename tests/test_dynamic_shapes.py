@@ -49,6 +49,24 @@ def test_dynamic_true_is_symbolic_from_the_first_call_and_false_compiles_each_si
         thunder_core.jit(_mlp, dynamic="yes")
 
 
+def test_a_size_that_equals_a_parameters_size_at_the_first_call_stays_symbolic():
+    """A batch of 2 beside a bias of 2 elements (and of 4 beside one of 4): comparing the
+    shapes (2,) and (s0, 2) for a shortcut compared 2 with s0 and fixed s0 to 2 (or excluded 4),
+    so every later batch size compiled again."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 2))
+    for sizes in ((2, 5, 7), (3, 4, 9)):
+        jfn = thunder_core.jit(model, dynamic=True)
+        for n in sizes:
+            x = torch.randn(n, 4, requires_grad=True)
+            out, expected = jfn(x), model(x)
+            torch.testing.assert_close(out, expected)
+            got, want = torch.autograd.grad(out.sum(), x), torch.autograd.grad(expected.sum(), x)
+            torch.testing.assert_close(got, want)
+        info = thunder_core.cache_info(jfn)
+        assert info.entries == 1, info.reasons
+        assert info.reasons[0] == "first call; symbolic sizes: input dims 0, 1", info.reasons
+
+
 def _branchy(x):
     if x.shape[0] > 6:
         return x.sin()

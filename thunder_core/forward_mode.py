@@ -16,6 +16,7 @@ import torch
 
 from thunder_core.capture.meta import run_on_meta
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ir.symbols import AUTOGRAD_FALLBACK, INPLACE, OPAQUE, Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
 
@@ -173,7 +174,7 @@ def _sum_of(push, symbol, args, kwargs, sign: float = 1.0):
 
 
 def _broadcast_to(tangent, out):
-    if tuple(tangent.shape) != tuple(out.shape):
+    if not same_sizes(tangent.shape, out.shape):
         tangent = _call("expand", tangent, tuple(out.shape))
     if tangent.dtype != out.dtype:
         tangent = _call("to", tangent, out.dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ops.registry import TORCH_SYMBOLS
 
 
@@ -25,13 +26,13 @@ def is_tensor(x) -> bool:
 def sum_to(g, shape):
     """Sum ``g`` down to ``shape`` (undo broadcasting)."""
     shape = tuple(shape)
-    if tuple(g.shape) == shape:
+    if same_sizes(g.shape, shape):
         return g
     lead = g.ndim - len(shape)
     dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
     if dims:
         g = ops.sum(g, dims, True)
-    return ops.reshape(g, shape) if tuple(g.shape) != shape else g
+    return g if same_sizes(g.shape, shape) else ops.reshape(g, shape)
 
 
 def like(g, x):

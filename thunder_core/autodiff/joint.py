@@ -27,6 +27,7 @@ from thunder_core.autodiff.registry import AutogradOnly, NoRule, vjp_rule
 from thunder_core.capture.recorder import Namer, Recorder
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ir.symbols import (
     INPLACE,
     NO_GRAD,
@@ -189,7 +190,7 @@ def _touches_complex(bsym: BoundSymbol) -> bool:
 
 
 def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
-    if tuple(g.shape) != tuple(proxy.shape):
+    if not same_sizes(g.shape, proxy.shape):
         g = sum_to(g, proxy.shape)
     if g.dtype != proxy.dtype:
         g = ops.to(g, proxy.dtype)

@@ -23,6 +23,7 @@ from thunder_core.capture.symbolic_python import kernels_running
 from thunder_core.capture.without_dynamo import before_python_meta_kernels
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import TensorProxy
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.ops import kept_answers
 from thunder_core.ops.kept_answers import NotKept, TensorSpec
@@ -280,9 +281,9 @@ def _same_layout_elementwise(fn, args: tuple, kwargs: dict):
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return None
     shape, dtype = tuple(a.shape), a.dtype
-    if tuple(b.shape) != shape or b.dtype != dtype or dtype == torch.bool or a.device != b.device:
+    if not all(type(size) is int for size in (*shape, *b.shape)):  # symbolic: the meta kernel decides
         return None
-    if not all(isinstance(size, int) for size in shape):
+    if tuple(b.shape) != shape or b.dtype != dtype or dtype == torch.bool or a.device != b.device:
         return None
     out = torch.empty(shape, dtype=dtype, device="meta")  # contiguous (PyTorch's rule imports sympy)
     if tuple(a.stride()) != out.stride() or tuple(b.stride()) != out.stride():
@@ -416,7 +417,7 @@ def _metadata_changed(fn, proxy, after, *, resized_out: bool) -> CaptureError:
     name = torch_path(fn) or getattr(fn, "__name__", None) or repr(fn)
     name = name.removeprefix("aten::").split(".default")[0].replace("TensorBase.", "Tensor.")
     change = f"{tuple(proxy.shape)} -> {tuple(after.shape)}"
-    if tuple(proxy.shape) == tuple(after.shape):
+    if same_sizes(proxy.shape, after.shape):
         change = f"strides {tuple(proxy.stride())} -> {tuple(after.stride())}"
     if resized_out:
         return CaptureError(

@@ -14,6 +14,7 @@ from thunder_core.capture.meta import run_on_meta
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.source import user_location
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ir.symbols import EFFECT, INPLACE, OPAQUE, BoundSymbol, Symbol, pop_recorder, push_recorder
 from thunder_core.ir.tree import leaves, tree_map
 from thunder_core.ops._helpers import NoDecomposition
@@ -86,7 +87,10 @@ def _effect_error(symbol: Symbol, output) -> CaptureError:
 
 
 def _same_metadata(a: TensorProxy, b: TensorProxy) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+    # guard-free first; shapes equal only for the captured sizes are compared as before, which
+    # records the equality as a guard (the decomposition holds only then)
+    shapes = same_sizes(a.shape, b.shape) or (a.ndim == b.ndim and a.shape == b.shape)
+    return shapes and a.dtype == b.dtype and a.device == b.device
 
 
 # What PyTorch's kernels say when they need a tensor's values (which meta tensors do not have).

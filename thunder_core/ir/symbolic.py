@@ -67,6 +67,19 @@ def comparable_sizes(sizes) -> tuple:
     return tuple(out)
 
 
+def same_sizes(a, b) -> bool:
+    """Whether two shapes (or stride tuples) are equal for every value of their symbols, without
+    adding a guard: for the checks that only choose a shortcut (no broadcast, no reshape needed),
+    where comparing the SymInts would record a guard (``(2,) == (s0, 2)`` compares ``2 == s0``
+    first, and fixes ``s0`` to 2 when it was 2 at capture)."""
+    a, b = tuple(a), tuple(b)
+    if len(a) != len(b):
+        return False
+    if all(type(size) is int for size in a) and all(type(size) is int for size in b):
+        return a == b
+    return comparable_sizes(a) == comparable_sizes(b)
+
+
 def name_symbols(shape_env, symbols) -> None:
     """Name ``symbols`` (sympy symbols of ``shape_env``) ``s0, s1, ...`` in this order, after
     those named before: the names every trace of that environment prints."""

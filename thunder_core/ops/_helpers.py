@@ -8,6 +8,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes, get_computation_dtype
 
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ir.symbols import active_recorder
 from thunder_core.ops import kept_answers, prims
 
@@ -87,7 +88,7 @@ def shape_of_broadcast(*xs) -> tuple[int, ...]:
 
 
 def broadcast_to(x, shape):
-    if not is_tensor(x) or tuple(x.shape) == tuple(shape):
+    if not is_tensor(x) or same_sizes(x.shape, shape):
         return x
     offset = len(shape) - x.ndim
     if any(size != 1 and size != shape[offset + i] for i, size in enumerate(x.shape)):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ops import creation, elementwise, nn, reductions, shapes  # noqa: F401  (the ops used here)
 from thunder_core.ops._helpers import NoDecomposition, is_tensor
 from thunder_core.ops.registry import TORCH_SYMBOLS, register_torch_op
@@ -235,7 +236,7 @@ def _pointwise_loss(distance):
     def decomposition(input, target, *args, reduction="mean", **kwargs):
         if args or kwargs.get("size_average") is not None or kwargs.get("reduce") is not None:
             raise NoDecomposition
-        if not (is_tensor(input) and is_tensor(target)) or input.shape != target.shape:
+        if not (is_tensor(input) and is_tensor(target)) or not same_sizes(input.shape, target.shape):
             raise NoDecomposition
         if kwargs.get("weight") is not None:
             raise NoDecomposition

@@ -464,11 +464,15 @@ def _compile_symbolic(fn, examples: list, options: dict):
                 )
             _built_now(inner, building)
             call = inner.current_callable  # the generated code, without AOTAutograd's runtime wrappers
+    source = None if mutates else getattr(inner, "source_code", None)
+    check = _layout_check(examples, _unasserted_inputs(graph, examples, source))
 
     def run(*args):
         if building:
             _finish(building)
         try:
+            if check is not None:
+                check(args)
             return call(list(args))
         except AssertionError:  # Inductor's stride assertion: other strides than traced
             return tuple(fn(*args))
@@ -478,6 +482,67 @@ def _compile_symbolic(fn, examples: list, options: dict):
             return tuple(fn(*args))
 
     return run
+
+
+_ASSERTED_INPUT = re.compile(r"assert_size_stride\((arg\d+_\d+)\b")
+
+
+def _unasserted_inputs(graph: torch.fx.GraphModule, examples: list, source: str | None) -> list[int]:
+    """Positions of the tensor inputs whose sizes and strides the generated code does not assert.
+
+    Inductor asserts an input just before the first kernel that reads it; an input the graph
+    only views (``reshape`` of it returned, which Inductor makes a ``reinterpret_tensor`` with
+    the traced strides) is never asserted, so a call with other strides (an expanded gradient)
+    would return a view past its storage. Every tensor input when the source is not known."""
+    names = [node.name for node in graph.graph.find_nodes(op="placeholder")]
+    asserted = set(_ASSERTED_INPUT.findall(source)) if source and len(names) == len(examples) else set()
+    return [i for i, x in enumerate(examples) if isinstance(x, torch.Tensor) and names[i] not in asserted]
+
+
+def _layout_check(examples: list, positions: list[int]):
+    """``check(args)``: raises AssertionError (Inductor's own ``assert_size_stride``) when a tensor
+    at ``positions`` has other sizes or strides than its example's, the symbols taking the
+    values the call's inputs give them; None when there is nothing to check."""
+    from torch._C._dynamo.guards import assert_size_stride
+    from torch.utils._sympy.printers import PythonPrinter
+
+    if not positions:
+        return None
+    readings: dict = {}  # sympy symbol -> Python reading its value from the arguments
+    for i, x in enumerate(examples):
+        if isinstance(x, torch.SymInt):
+            values = [(x, f"args[{i}]")]
+        elif isinstance(x, torch.Tensor):
+            values = [(s, f"args[{i}].shape[{d}]") for d, s in enumerate(x.shape)]
+            values += [(s, f"args[{i}].stride({d})") for d, s in enumerate(x.stride())]
+        else:
+            continue
+        for value, reading in values:
+            if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+                readings.setdefault(value.node.expr, reading)
+    printer, lines, used = PythonPrinter(), [], set()
+
+    def text(values) -> str:
+        parts = []
+        for value in values:
+            if isinstance(value, torch.SymInt):
+                expr = value.node.expr
+                if not expr.free_symbols <= readings.keys():
+                    raise RegionNotSupported("inductor: a size of a region input no input gives")
+                used.update(expr.free_symbols)
+                parts.append(printer.doprint(expr))
+            else:
+                parts.append(str(value))
+        return "(" + "".join(f"{p}, " for p in parts) + ")"
+
+    for i in positions:
+        x = examples[i]
+        lines.append(f"    assert_size_stride(args[{i}], {text(x.shape)}, {text(x.stride())})")
+    bindings = [f"    {symbol} = {readings[symbol]}" for symbol in sorted(used, key=str)]
+    source = "def check(args):\n" + "\n".join(bindings + lines) + "\n"
+    namespace = {"assert_size_stride": assert_size_stride}
+    exec(compile(source, "<thunder_executor_inductor layout check>", "exec"), namespace)  # noqa: S102
+    return namespace["check"]
 
 
 def _failed_size_assertion(error: RuntimeError) -> bool:
