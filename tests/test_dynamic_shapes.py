@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -65,6 +66,60 @@ def test_a_size_that_equals_a_parameters_size_at_the_first_call_stays_symbolic()
         info = thunder_core.cache_info(jfn)
         assert info.entries == 1, info.reasons
         assert info.reasons[0] == "first call; symbolic sizes: input dims 0, 1", info.reasons
+
+
+def test_expanding_a_parameter_to_a_size_that_equals_its_length_stays_symbolic():
+    bias = torch.randn(4)
+
+    def fn(x):
+        return bias.expand(x.shape[0], 4) * x
+
+    jfn = thunder_core.jit(fn, dynamic=True)
+    for n in (4, 6, 9):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(jfn(x), fn(x))
+    assert thunder_core.cache_info(jfn).entries == 1, thunder_core.cache_info(jfn).reasons
+
+
+def _flat_pairs(x):
+    return x.reshape(-1, 2).sum(1)
+
+
+def test_a_backward_that_needs_sizes_none_of_its_inputs_has_takes_them_from_the_forward():
+    """The gradient of ``x.reshape(-1, 2).sum(1)`` is reshaped back to ``x``'s sizes, and ``x``
+    itself is not saved: the forward saves the sizes as ints (before, the backward could not be
+    printed with symbolic sizes, and every size compiled again)."""
+    jfn = thunder_core.jit(_flat_pairs, dynamic=True)
+    for n in (4, 6, 9):
+        x = torch.randn(n, 4, requires_grad=True)
+        (got,) = torch.autograd.grad(jfn(x).square().sum(), x)
+        (want,) = torch.autograd.grad(_flat_pairs(x).square().sum(), x)
+        torch.testing.assert_close(got, want)
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 1, info.reasons
+    backward = str(thunder_core.last_backward_traces(jfn)[-1])
+    assert "s0, s1, g" in backward and '# s0: "int s0"' in backward, backward
+
+
+def _with_its_first_columns(x):
+    return torch.cat([x, x[:, :2]], 1)
+
+
+def test_a_region_takes_a_symbol_its_inputs_give_only_as_a_sum_as_an_int():
+    """The backward of ``torch.cat([x, x[:, :2]], 1)`` reads ``s1`` from a gradient of ``s1 + 2``
+    columns; the Inductor region takes ``s1`` itself as an int input (Inductor cannot read a
+    symbol from a sum: it failed and the region ran with torch, with a warning)."""
+    jfn = thunder_core.jit(_with_its_first_columns, executors=["inductor"], dynamic=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="thunder_core: executor")  # a region that fails to compile warns
+        for n in (4, 6, 9):
+            x = torch.randn(n, 5, requires_grad=True)
+            (got,) = torch.autograd.grad(jfn(x).square().sum(), x)
+            (want,) = torch.autograd.grad(_with_its_first_columns(x).square().sum(), x)
+            torch.testing.assert_close(got, want)
+    assert thunder_core.cache_info(jfn).entries == 1
+    backward = str(thunder_core.last_backward_traces(jfn)[-1])
+    assert "_inductor_fusion_1(g" in backward and ", s1)" in backward and "s1 = (g" in backward, backward
 
 
 def _branchy(x):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import torch
+
 from thunder_core.autodiff import kernel_decompositions as _kernel_decompositions  # noqa: F401
 from thunder_core.autodiff import prim_rules as _prim_rules  # noqa: F401  (registers prim rules)
 from thunder_core.autodiff import rules as _rules  # noqa: F401  (registers torch-level rules)
@@ -26,8 +28,8 @@ from thunder_core.autodiff.helpers import ops, sum_to
 from thunder_core.autodiff.registry import AutogradOnly, NoRule, vjp_rule
 from thunder_core.capture.recorder import Namer, Recorder
 from thunder_core.errors import ThunderCoreError
-from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
-from thunder_core.ir.symbolic import same_sizes
+from thunder_core.ir.proxies import PROXY_TYPES, NumberProxy, TensorProxy
+from thunder_core.ir.symbolic import is_symbolic, mentioned_symbols, same_sizes, size_symbols, symbol_source
 from thunder_core.ir.symbols import (
     INPLACE,
     NO_GRAD,
@@ -198,6 +200,36 @@ def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
     grads[proxy.name] = g if previous is None else ops.add(previous, g)
 
 
+def _mentioned(bsyms) -> set:
+    found: set = set()
+    for b in bsyms:
+        found |= mentioned_symbols((b.args, b.kwargs, b.output))
+        if b.subsymbols:
+            found |= _mentioned(b.subsymbols)
+    return found
+
+
+def _sizes_to_save(bsyms, inputs, forward_inputs) -> list[NumberProxy]:
+    """An int input of the backward for each size symbol its operations use and none of its
+    ``inputs`` gives (the gradient of ``x.reshape(-1, 2).sum(1)`` is reshaped back to the sizes
+    of ``x``, which is not saved), saved by the forward, which binds every symbol from its own
+    inputs. Each is named as the symbol prints (``s0``): the forward returns that name, the
+    backward takes it. A symbol the forward reads only from a multiple of it is left out (the
+    backward then cannot be printed with symbolic sizes, and the sizes stay fixed)."""
+    if not any(
+        is_symbolic(size) for p in forward_inputs if isinstance(p, TensorProxy) for size in p.shape
+    ) and not any(isinstance(getattr(p, "value", None), torch.SymInt) for p in forward_inputs):
+        return []
+    missing = _mentioned(bsyms) - {symbol for symbol, _, _ in size_symbols(inputs)}
+    if not missing:
+        return []
+    symbols = {symbol: size for symbol, size, _ in size_symbols(forward_inputs) if size.node.expr == symbol}
+    names = {symbol: symbol_source(symbol, symbols[symbol]) for symbol in missing if symbol in symbols}
+    return [
+        NumberProxy(name, symbols[symbol]) for symbol, name in sorted(names.items(), key=lambda item: item[1])
+    ]
+
+
 def split_forward_backward(trace: Trace, executors=()) -> Split:
     start = time.perf_counter()
     namer = Namer(all_names(trace))
@@ -267,6 +299,7 @@ def split_forward_backward(trace: Trace, executors=()) -> Split:
     for p in input_grads:  # a forward value returned as a gradient as it is
         if p is not None and p.name not in produced and p.name not in {s.name for s in saved}:
             saved.append(p)
+    saved += _sizes_to_save(needed.bound_symbols, [*saved, *grad_inputs], trace.inputs)
 
     forward = Trace(
         inputs=trace.inputs,

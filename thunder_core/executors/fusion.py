@@ -13,7 +13,14 @@ from thunder_core.executors.in_place import restartable, separate_written_inputs
 from thunder_core.executors.regions import Region, RegionNotSupported
 from thunder_core.executors.second_call import SecondCallCompile, at_second_call
 from thunder_core.ir.proxies import PROXY_TYPES, NumberProxy, TensorProxy
-from thunder_core.ir.symbolic import SymbolicSizeError, hint, mentioned_symbols, size_symbols
+from thunder_core.ir.symbolic import (
+    SymbolicSizeError,
+    hint,
+    mentioned_symbols,
+    size_symbols,
+    symbol_source,
+    symbol_value,
+)
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
     EFFECT,
@@ -74,10 +81,10 @@ def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict, 
     the smallest (a backward frees its inputs after their last use)."""
     if not carriers:
         return inputs
-    given = {symbol for symbol, _, _ in size_symbols(inputs)}
-    missing = _mentioned(bsyms) - given
+    used = _mentioned(bsyms)
+    missing = used - {symbol for symbol, _, _ in size_symbols(inputs)}
     if not missing:
-        return inputs
+        return inputs + _symbols_as_ints(inputs, used)
     devices = {p.device for p in inputs if isinstance(p, TensorProxy)}
     names = {p.name for p in inputs}
     extra = []
@@ -91,7 +98,24 @@ def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict, 
         if carrier.name not in names:
             names.add(carrier.name)
             extra.append(carrier)
-    return inputs + extra
+    return inputs + extra + _symbols_as_ints(inputs + extra, used)
+
+
+def _symbols_as_ints(inputs: list, wanted: set) -> list:
+    """An int input for each symbol in ``wanted`` that ``inputs`` give only as a multiple of it
+    plus a constant (``g.shape[1]`` is ``s1 + 2`` in the backward of ``torch.cat([x, x[:, :2]], 1)``):
+    a region compiler reads symbols from sizes that are exactly a symbol, so the region takes it
+    as the int the program binds (``s1 = g.shape[1] - 2``), named as the symbol prints."""
+    plain = {symbol for symbol, size, _ in size_symbols(inputs) if size.node.expr == symbol}
+    names = {p.name for p in inputs}
+    extra = []
+    for symbol, size, _ in size_symbols(inputs):
+        if symbol in wanted and symbol not in plain:
+            value = symbol_value(symbol, size)
+            name = symbol_source(symbol, value)
+            if value is not None and name not in names:
+                extra.append(NumberProxy(name, value))
+    return extra
 
 
 def _region(

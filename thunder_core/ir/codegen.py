@@ -279,7 +279,9 @@ def trace_to_python(
         lines.append(f"  {box}.clear()  # the caller's list held the only other reference")
     bindings = symbolic.size_symbols(trace.inputs)  # symbolic sizes, bound from the inputs
     for symbol, size, read in bindings:
-        lines.append(f"  {symbolic.symbol_source(symbol, size)} = {read}")
+        name = symbolic.symbol_source(symbol, size)
+        if read != name:  # an int input named as its symbol (a size the forward saved) is bound already
+            lines.append(f"  {name} = {read}")
     printer.bound_sizes = {symbol for symbol, _, _ in bindings}
     record = printer.namespace.add(torch.profiler.record_function, "record_function") if profiled else None
     last_source = None

@@ -132,6 +132,17 @@ def size_symbols(inputs) -> list[tuple[object, torch.SymInt, str]]:
     return found
 
 
+def symbol_value(symbol, size: torch.SymInt) -> torch.SymInt | None:
+    """A SymInt that is exactly ``symbol``, from ``size``, a SymInt of ``scale * symbol + offset``
+    (``size_symbols``' linear case); None for any other expression."""
+    solved = solve_linear(size.node.expr)
+    if solved is None or solved[0] != symbol:
+        return None
+    _, scale, offset = solved
+    value = (size - offset) // scale if scale != 1 else size - offset
+    return value if isinstance(value, torch.SymInt) and value.node.expr == symbol else None
+
+
 def mentioned_symbols(values) -> set:
     """The size symbols that ``values`` mention: symbolic sizes, and the sizes and strides of
     tensors (proxies) and slice bounds, in any nesting of tuples, lists and dicts."""

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ops import prims
 from thunder_core.ops._helpers import Kind as _Kind
 from thunder_core.ops._helpers import (
@@ -70,7 +71,7 @@ def _reshape(a, *shape):
     if any(isinstance(s, torch.dtype) for s in shape):
         raise NoDecomposition  # view(dtype) reinterprets bits
     target = _infer(_sizes(shape), a.numel())
-    if target == tuple(a.shape):
+    if same_sizes(target, a.shape):
         raise NoDecomposition  # a no-op: the torch-level op stays a leaf
     return prims.reshape(a, target)
 
@@ -141,7 +142,7 @@ def _expand(a, *sizes):
     sizes = _sizes(sizes)
     offset = len(sizes) - a.ndim
     shape = tuple(a.shape[i - offset] if s == -1 else s for i, s in enumerate(sizes))
-    if shape == tuple(a.shape):
+    if same_sizes(shape, a.shape):
         raise NoDecomposition
     return broadcast_to(a, shape)
 
@@ -293,7 +294,7 @@ def _repeat(a, *sizes):
     for i, (rep, size) in enumerate(zip(sizes, padded)):
         expanded_shape += [rep, size]
         dims.append(2 * i + 1)
-    x = _reshape(a, padded) if padded != tuple(a.shape) else a
+    x = a if same_sizes(padded, a.shape) else _reshape(a, padded)
     x = prims.broadcast_in_dim(x, tuple(expanded_shape), tuple(dims))
     return prims.reshape(x, tuple(r * s for r, s in zip(sizes, padded)))
 
