@@ -111,7 +111,9 @@ def test_a_region_takes_a_symbol_its_inputs_give_only_as_a_sum_as_an_int():
     symbol from a sum: it failed and the region ran with torch, with a warning)."""
     jfn = thunder_core.jit(_with_its_first_columns, executors=["inductor"], dynamic=True)
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="thunder_core: executor")  # a region that fails to compile warns
+        warnings.filterwarnings(
+            "error", message="thunder_core: executor"
+        )  # a region that fails to compile warns
         for n in (4, 6, 9):
             x = torch.randn(n, 5, requires_grad=True)
             (got,) = torch.autograd.grad(jfn(x).square().sum(), x)
