@@ -124,6 +124,33 @@ def test_a_region_takes_a_symbol_its_inputs_give_only_as_a_sum_as_an_int():
     assert "_inductor_fusion_1(g" in backward and ", s1)" in backward and "s1 = (g" in backward, backward
 
 
+def test_a_symbol_a_region_takes_as_an_int_stays_bound_for_the_operations_after_it():
+    """The region around ``b1 + x.view(-1, 8) @ w1`` reads ``s0`` from a ``2*s0`` rows input, so it
+    takes ``s0`` as an int; the ``del`` after its last use as an argument unbound it for the
+    ``view`` to ``torch.Size([b, t, 8])`` after the region (an UnboundLocalError in training with
+    the default automatic sizes)."""
+    torch.manual_seed(0)
+    w1, b1, w2 = (torch.randn(*shape, requires_grad=True) for shape in ((8, 16), (16,), (16, 8)))
+
+    def mlp(x):
+        b, t = x.shape[0], x.shape[1]
+        h = torch.nn.functional.gelu((b1 + x.view(-1, 8) @ w1).view(b, t, 16))
+        return (h.view(-1, 16) @ w2).view(torch.Size([b, t, 8])).sum(-1)
+
+    jfn = thunder_core.jit(mlp, executors=["inductor"])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="thunder_core: executor")
+        for n in (6, 11, 8):
+            x = torch.randn(2, n, 8, requires_grad=True)
+            got = torch.autograd.grad(jfn(x).square().sum(), (x, w1, b1, w2))
+            want = torch.autograd.grad(mlp(x).square().sum(), (x, w1, b1, w2))
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert thunder_core.cache_info(jfn).entries == 2
+    forward = str([t for t in thunder_core.last_traces(jfn) if t.function_name == "forward"][-1])
+    assert "_inductor_fusion_1(" in forward and ", s0)" in forward, forward
+
+
 def _branchy(x):
     if x.shape[0] > 6:
         return x.sin()
