@@ -109,6 +109,7 @@ def test_a_region_takes_a_symbol_its_inputs_give_only_as_a_sum_as_an_int():
     """The backward of ``torch.cat([x, x[:, :2]], 1)`` reads ``s1`` from a gradient of ``s1 + 2``
     columns; the Inductor region takes ``s1`` itself as an int input (Inductor cannot read a
     symbol from a sum: it failed and the region ran with torch, with a warning)."""
+    pytest.importorskip("thunder_executor_inductor")
     jfn = thunder_core.jit(_with_its_first_columns, executors=["inductor"], dynamic=True)
     with warnings.catch_warnings():
         warnings.filterwarnings(
@@ -129,6 +130,7 @@ def test_a_symbol_a_region_takes_as_an_int_stays_bound_for_the_operations_after_
     takes ``s0`` as an int; the ``del`` after its last use as an argument unbound it for the
     ``view`` to ``torch.Size([b, t, 8])`` after the region (an UnboundLocalError in training with
     the default automatic sizes)."""
+    pytest.importorskip("thunder_executor_inductor")
     torch.manual_seed(0)
     w1, b1, w2 = (torch.randn(*shape, requires_grad=True) for shape in ((8, 16), (16,), (16, 8)))
 

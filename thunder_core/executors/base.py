@@ -208,6 +208,10 @@ class FusionExecutor(Executor):
     #: by torch, instead of inside it: for compilers that return each result with the strides the
     #: trace gives it (Inductor does) and whose calls rebuild a returned view in Python.
     views_after_region: bool = False
+    #: Whether a region takes a size symbol as an int input when its tensors give the symbol only
+    #: as a multiple of it plus a constant (``s1`` beside a gradient of ``s1 + 2`` columns): for
+    #: compilers that read each symbol from a size that is exactly that symbol (Inductor does).
+    size_symbols_as_ints: bool = False
 
     def __init__(self, name: str, *, version: str | None = None):
         super().__init__(name, version=version)

@@ -72,19 +72,23 @@ def _mentioned(bsyms: list[BoundSymbol]) -> set:
     return symbols
 
 
-def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict, alive) -> list:
+def _with_size_carriers(
+    inputs: list, bsyms: list[BoundSymbol], carriers: dict, alive, symbols_as_ints: bool = False
+) -> list:
     """``inputs``, plus an input of the whole trace for each size symbol the region's operations
     use and its own inputs do not give (``torch.arange(s0 + 1)`` over a mask whose length is
     another symbol): the region reads that size from it, as the program does, and so compiles
     once for every size instead of going back to torch. Of the inputs that give a symbol, one on
     the region's device that the program keeps anyway (``alive(name)``) is taken first, else
-    the smallest (a backward frees its inputs after their last use)."""
+    the smallest (a backward frees its inputs after their last use). With ``symbols_as_ints``
+    (``FusionExecutor.size_symbols_as_ints``), a symbol the inputs give only as a multiple plus a
+    constant is also taken as an int input (``_symbols_as_ints``)."""
     if not carriers:
         return inputs
     used = _mentioned(bsyms)
     missing = used - {symbol for symbol, _, _ in size_symbols(inputs)}
     if not missing:
-        return inputs + _symbols_as_ints(inputs, used)
+        return inputs + _symbols_as_ints(inputs, used) if symbols_as_ints else inputs
     devices = {p.device for p in inputs if isinstance(p, TensorProxy)}
     names = {p.name for p in inputs}
     extra = []
@@ -98,7 +102,8 @@ def _with_size_carriers(inputs: list, bsyms: list[BoundSymbol], carriers: dict, 
         if carrier.name not in names:
             names.add(carrier.name)
             extra.append(carrier)
-    return inputs + extra + _symbols_as_ints(inputs + extra, used)
+    inputs = inputs + extra
+    return inputs + _symbols_as_ints(inputs, used) if symbols_as_ints else inputs
 
 
 def _symbols_as_ints(inputs: list, wanted: set) -> list:
@@ -112,8 +117,11 @@ def _symbols_as_ints(inputs: list, wanted: set) -> list:
     for symbol, size, _ in size_symbols(inputs):
         if symbol in wanted and symbol not in plain:
             value = symbol_value(symbol, size)
+            if value is None:
+                continue
             name = symbol_source(symbol, value)
-            if value is not None and name not in names:
+            if name not in names:
+                names.add(name)
                 extra.append(NumberProxy(name, value))
     return extra
 
@@ -124,13 +132,15 @@ def _region(
     last_uses: dict[str, int],
     read_after: set[str],
     carriers: dict | None = None,
+    symbols_as_ints: bool = False,
 ) -> Region:
     """The region of ``bsyms`` ending before ``position``: what it reads, and what is used after
     it (read from ``position`` on, or named in ``read_after``: the trace's outputs, and what the
     operations deferred past the region read). ``carriers`` (``_size_carriers``) supply the
-    sizes the region uses that its own inputs do not give."""
+    sizes the region uses that its own inputs do not give (and, with ``symbols_as_ints``, the
+    symbols they give only as sums, as ints)."""
     alive = lambda name: name in read_after or last_uses.get(name, -1) >= position  # noqa: E731
-    inputs = _with_size_carriers(free_inputs(bsyms), bsyms, carriers or {}, alive)
+    inputs = _with_size_carriers(free_inputs(bsyms), bsyms, carriers or {}, alive, symbols_as_ints)
     # An input the region updates in place keeps its name and is the same tensor after it: not an output.
     outputs, out_seen = [], {p.name for p in inputs}
     for b in bsyms:
@@ -350,7 +360,9 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
             )
         else:
             read_after = trace_outputs | {p.name for b in deferred for p in b.flat_args()}
-            region = _region(list(run), position, last_uses, read_after, carriers)
+            region = _region(
+                list(run), position, last_uses, read_after, carriers, executor.size_symbols_as_ints
+            )
             whole = list(run)  # what is given back if the region fails, the views moved after it included
             after: list[BoundSymbol] = []
             if executor.views_after_region:
@@ -359,7 +371,9 @@ def fuse_regions(trace: Trace, executor, min_region_size: int | None = None) -> 
                     for b in after:
                         run.remove(b)
                     read_after = read_after | {p.name for b in after for p in b.flat_args()}
-                    region = _region(list(run), position, last_uses, read_after, carriers)
+                    region = _region(
+                        list(run), position, last_uses, read_after, carriers, executor.size_symbols_as_ints
+                    )
                 else:
                     after = []
             name = f"{executor.name}_fusion_{regions + 1}"

@@ -68,8 +68,9 @@ def comparable_sizes(sizes) -> tuple:
 
 
 def same_sizes(a, b) -> bool:
-    """Whether two shapes (or stride tuples) are equal for every value of their symbols, without
-    adding a guard: for the checks that only choose a shortcut (no broadcast, no reshape needed),
+    """Whether two shapes (or stride tuples) are the same expressions (then equal for every value
+    of their symbols; False when unsure: ``2*(s0 + 1)`` against ``2*s0 + 2``), without adding a
+    guard: for the checks that only choose a shortcut (no broadcast, no reshape needed),
     where comparing the SymInts would record a guard (``(2,) == (s0, 2)`` compares ``2 == s0``
     first, and fixes ``s0`` to 2 when it was 2 at capture)."""
     a, b = tuple(a), tuple(b)

@@ -434,8 +434,9 @@ def _compile_symbolic(fn, examples: list, options: dict):
     decompositions on fake inputs of the trace's ShapeEnv (so what Inductor assumes about the
     sizes becomes the trace's guards) and compiled with those sizes dynamic; its generated code
     is called directly, as for fixed sizes (a graph that writes in place goes through
-    ``standalone_compile``). Inputs whose strides the compiled code does not expect (it asserts
-    them before computing) run the region's operations as they are."""
+    ``standalone_compile``). Inputs whose strides the compiled code does not expect run the
+    region's operations as they are: the generated code asserts an input before the first kernel
+    that reads it, and ``_layout_check`` checks the others before the call."""
     from torch._dispatch.python import enable_python_dispatcher
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table

@@ -95,6 +95,7 @@ class InductorExecutor(FusionExecutor):
     views_after_region = True  # Inductor keeps each result's strides; a returned view is rebuilt per call
     takes_symbolic_sizes = True  # a region with symbolic sizes compiles once, size-generic
     compiles_in_background = True  # a recompile's regions run with torch until Inductor is done
+    size_symbols_as_ints = True  # Inductor binds a symbol only from a size that is exactly it
 
     def __init__(self, regions: str = "fusion", inductor_options: dict | None = None):
         if regions not in REGIONS:
