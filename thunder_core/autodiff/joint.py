@@ -29,7 +29,13 @@ from thunder_core.autodiff.registry import AutogradOnly, NoRule, vjp_rule
 from thunder_core.capture.recorder import Namer, Recorder
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, NumberProxy, TensorProxy
-from thunder_core.ir.symbolic import is_symbolic, mentioned_symbols, same_sizes, size_symbols, symbol_source
+from thunder_core.ir.symbolic import (
+    has_symbolic_shape,
+    same_sizes,
+    size_symbols,
+    symbol_source,
+    symbols_used_by,
+)
 from thunder_core.ir.symbols import (
     INPLACE,
     NO_GRAD,
@@ -200,15 +206,6 @@ def _accumulate(grads: dict, proxy: TensorProxy, g) -> None:
     grads[proxy.name] = g if previous is None else ops.add(previous, g)
 
 
-def _mentioned(bsyms) -> set:
-    found: set = set()
-    for b in bsyms:
-        found |= mentioned_symbols((b.args, b.kwargs, b.output))
-        if b.subsymbols:
-            found |= _mentioned(b.subsymbols)
-    return found
-
-
 def _sizes_to_save(bsyms, inputs, forward_inputs) -> list[NumberProxy]:
     """An int input of the backward for each size symbol its operations use and none of its
     ``inputs`` gives (the gradient of ``x.reshape(-1, 2).sum(1)`` is reshaped back to the sizes
@@ -217,10 +214,10 @@ def _sizes_to_save(bsyms, inputs, forward_inputs) -> list[NumberProxy]:
     backward takes it. A symbol the forward reads only from a multiple of it is left out (the
     backward then cannot be printed with symbolic sizes, and the sizes stay fixed)."""
     if not any(
-        is_symbolic(size) for p in forward_inputs if isinstance(p, TensorProxy) for size in p.shape
-    ) and not any(isinstance(getattr(p, "value", None), torch.SymInt) for p in forward_inputs):
+        has_symbolic_shape(p) or isinstance(getattr(p, "value", None), torch.SymInt) for p in forward_inputs
+    ):
         return []
-    missing = _mentioned(bsyms) - {symbol for symbol, _, _ in size_symbols(inputs)}
+    missing = symbols_used_by(bsyms) - {symbol for symbol, _, _ in size_symbols(inputs)}
     if not missing:
         return []
     symbols = {symbol: size for symbol, size, _ in size_symbols(forward_inputs) if size.node.expr == symbol}

@@ -16,10 +16,10 @@ from thunder_core.ir.proxies import PROXY_TYPES, NumberProxy, TensorProxy
 from thunder_core.ir.symbolic import (
     SymbolicSizeError,
     hint,
-    mentioned_symbols,
     size_symbols,
     symbol_source,
     symbol_value,
+    symbols_used_by,
 )
 from thunder_core.ir.symbols import (
     AUTOGRAD_FALLBACK,
@@ -63,15 +63,6 @@ def _size_carriers(inputs) -> dict:
     return carriers
 
 
-def _mentioned(bsyms: list[BoundSymbol]) -> set:
-    symbols: set = set()
-    for b in bsyms:
-        symbols |= mentioned_symbols((b.args, b.kwargs, b.output))
-        if b.subsymbols:
-            symbols |= _mentioned(b.subsymbols)
-    return symbols
-
-
 def _with_size_carriers(
     inputs: list, bsyms: list[BoundSymbol], carriers: dict, alive, symbols_as_ints: bool = False
 ) -> list:
@@ -85,7 +76,7 @@ def _with_size_carriers(
     constant is also taken as an int input (``_symbols_as_ints``)."""
     if not carriers:
         return inputs
-    used = _mentioned(bsyms)
+    used = symbols_used_by(bsyms)
     missing = used - {symbol for symbol, _, _ in size_symbols(inputs)}
     if not missing:
         return inputs + _symbols_as_ints(inputs, used) if symbols_as_ints else inputs

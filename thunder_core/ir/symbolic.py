@@ -160,6 +160,16 @@ def mentioned_symbols(values) -> set:
     return found
 
 
+def symbols_used_by(bsyms) -> set:
+    """The size symbols that bound symbols (and their subsymbols) mention in their arguments and outputs."""
+    found: set = set()
+    for b in bsyms:
+        found |= mentioned_symbols((b.args, b.kwargs, b.output))
+        if b.subsymbols:
+            found |= symbols_used_by(b.subsymbols)
+    return found
+
+
 def solve_linear(expr) -> tuple | None:
     """``(symbol, scale, offset)`` when the sympy size expression ``expr`` is ``scale * symbol +
     offset`` with integers, scale > 0: the symbol is ``(value - offset) // scale``."""

@@ -1,0 +1,37 @@
+"""Symbolic Inductor regions given inputs with other strides than traced."""
+
+from __future__ import annotations
+
+import torch
+
+import thunder_core
+
+
+class _NormThenProject(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.project = torch.nn.RMSNorm(32), torch.nn.Linear(32, 64, bias=False)
+
+    def forward(self, x):
+        return self.project(self.norm(x))
+
+
+def test_a_symbolic_region_that_only_views_an_input_checks_its_strides():
+    """``loss = logits.sum()`` hands the backward an expanded gradient (all strides 0). The
+    backward's region reshapes it for the weight's gradient and returns the view; Inductor's
+    code asserts only the inputs its kernels read, and returned a view with the traced strides
+    past the gradient's one-element storage (a crash). The region now checks such inputs and
+    runs its operations with torch for other strides."""
+    torch.manual_seed(0)
+    model, reference = _NormThenProject(), _NormThenProject()
+    reference.load_state_dict(model.state_dict())
+    jfn = thunder_core.jit(model, executors=["inductor"], dynamic=True)
+    for n in (8, 13):
+        x = torch.randn(2, n, 32)
+        jfn(x).sum().backward()
+        reference(x).sum().backward()
+        torch.testing.assert_close(model.project.weight.grad, reference.project.weight.grad)
+        torch.testing.assert_close(model.norm.weight.grad, reference.norm.weight.grad)
+    assert thunder_core.cache_info(jfn).entries == 1
+    backward = str(thunder_core.last_backward_traces(jfn)[-1])
+    assert "_inductor_fusion" in backward and "cpu f32[s0*s1, 64]" in backward, backward
