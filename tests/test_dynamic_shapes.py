@@ -181,6 +181,24 @@ def test_sizes_0_and_1_are_specialized():
     assert "symbolic" not in thunder_core.cache_info(auto).reasons[1]  # size 1 is fixed: not tried
 
 
+def test_a_recompile_names_the_guard_that_failed_not_a_size_guard_of_another_program():
+    settings = {"scale": 2.0}
+
+    def fn(x):
+        return x * settings["scale"]
+
+    jfn = thunder_core.jit(fn, dynamic=True)
+    jfn(torch.randn(4, 3))  # symbolic: sizes of 2 and more
+    jfn(torch.randn(1, 3))  # size 1: a program of its own
+    settings["scale"] = 3.0
+    x = torch.randn(1, 3)
+    torch.testing.assert_close(jfn(x), x * 3.0)
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 3, info.reasons
+    assert info.reasons[1].startswith("size guard failed: 2 <= x.shape[0]"), info.reasons
+    assert "scale" in info.reasons[2] and "size guard" not in info.reasons[2], info.reasons
+
+
 class _PerSize(FusionExecutor):
     """A fusion executor that compiles one kernel per size (it does not set takes_symbolic_sizes)."""
 

@@ -336,16 +336,17 @@ class ThunderFunction(LastEntryPaths):
         return out
 
     def _why_recompile(self, key, leaves, description: dict[str, str]) -> str:
-        """What changed since an earlier entry: a guarded value under the same key, else the inputs."""
-        for compiled in reversed(self._entries):
-            if compiled.size_guard is not None and _fits(compiled, key) and not compiled.size_guard(leaves):
-                return f"size guard failed: {compiled.size_guard.failing(leaves)}"
+        """What changed since an earlier entry: a guarded value under the same key, else a size
+        guard of a symbolic entry, else the inputs."""
         variants = self._variants.get(key)
         if variants:
             latest = variants[-1]
             failure = latest.guard.check() if latest.guard is not None else None
             if failure is not None:
                 return latest.guard.describe(failure)
+        for compiled in reversed(self._entries):
+            if compiled.size_guard is not None and _fits(compiled, key) and not compiled.size_guard(leaves):
+                return f"size guard failed: {compiled.size_guard.failing(leaves)}"
         if not self._descriptions:
             return "first call"
         previous = self._descriptions[-1]
