@@ -269,6 +269,42 @@ def test_a_bound_method_is_cached_like_the_module():
     torch.testing.assert_close(model(x), model.linear(x).relu())
 
 
+def test_a_wrapper_around_the_jitted_forward_with_state_of_its_own_does_not_recompile():
+    """``model.forward = timed(thunder_core.jit(model.forward))``: the wrapper calls the program,
+    the program never calls it, so the wrapper's changing state (a call counter) is not guarded."""
+
+    class Scaler(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+            self.scale = 2.0
+
+        def forward(self, x):
+            return self.linear(x) * self.scale
+
+    def counted(fn):
+        calls = 0
+
+        def wrapper(*args, **kwargs):
+            nonlocal calls
+            calls += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    model = Scaler()
+    jitted = thunder_core.jit(model.forward)
+    model.forward = counted(jitted)
+    x = torch.randn(2, 4)
+    for _ in range(4):
+        torch.testing.assert_close(model(x), model.linear(x) * 2.0)
+    model.scale = 3.0  # the module's own state is still guarded
+    torch.testing.assert_close(model(x), model.linear(x) * 3.0)
+    info = thunder_core.cache_info(jitted)
+    assert info.entries == 2 and info.hits == 3, info.reasons
+    assert "scale" in info.reasons[1], info.reasons
+
+
 @pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache, dynamic):

@@ -423,6 +423,7 @@ class ThunderFunction(LastEntryPaths):
         if not variants:
             return None
         builder = GuardBuilder()
+        builder.program = self
         builder.root_state_modules = self._state.module_ids()
         builder.ambient_state()
         try:
@@ -530,6 +531,7 @@ class ThunderFunction(LastEntryPaths):
         builder = None
         if self._guarded:
             builder = GuardBuilder()
+            builder.program = self
             if self._state is not None:
                 builder.root_state_modules = self._state.module_ids()
             builder.ambient_state()

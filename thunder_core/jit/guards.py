@@ -246,6 +246,7 @@ class GuardBuilder:
         self.stable_reads: list[tuple[str, object]] = []  # values read from library modules, unguarded
         self.not_replayable: str | None = None  # why the global reads cannot be replayed elsewhere
         self.argument_ints = ArgumentInts()  # thunder_core.jit.argument_ints
+        self.program: object = None  # the jitted function the guard is for (``_calls_the_program``)
 
     def argument_ints_free(self, containers: set[int]) -> None:
         """The ints of these argument containers, where the walk also meets them through the
@@ -446,7 +447,25 @@ class GuardBuilder:
             where = f"{what}.{key}" if attributes else f"{what}[{key!r}]"
             self._item(f"{name}.get({key_expr}, MISSING)", item, where, depth, covered, free_ints)
 
+    def _calls_the_program(self, fn: types.FunctionType) -> bool:
+        """Whether ``fn`` wraps the jitted function itself (``model.forward = timed(jitted)``): it
+        calls the program, and the program cannot call it (that would recurse into itself), so
+        its closure (a call counter, a timer) is none of the program's state."""
+        if self.program is None:
+            return False
+        if getattr(fn, "__wrapped__", None) is self.program:
+            return True
+        for cell in fn.__closure__ or ():
+            try:
+                if cell.cell_contents is self.program:
+                    return True
+            except ValueError:  # an empty cell
+                continue
+        return False
+
     def _function(self, fn: types.FunctionType, name: str, what: str, depth: int) -> None:
+        if self._calls_the_program(fn):
+            return  # its identity is checked where it was found
         for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             if cell_name == "__class__":
                 continue
