@@ -371,6 +371,8 @@ class GuardBuilder:
             self.tensor_paths.setdefault(id(obj), what)
         elif isinstance(obj, nn.Module):
             self._module(obj, name, what, depth)
+        elif isinstance(obj, (types.FunctionType, functools.partial)) and self._calls_the_program(obj):
+            pass  # a wrapper of the program itself: its identity is checked where it was found
         elif isinstance(obj, types.FunctionType):
             self._function(obj, name, what, depth)
         elif isinstance(obj, types.MethodType):
@@ -447,25 +449,27 @@ class GuardBuilder:
             where = f"{what}.{key}" if attributes else f"{what}[{key!r}]"
             self._item(f"{name}.get({key_expr}, MISSING)", item, where, depth, covered, free_ints)
 
-    def _calls_the_program(self, fn: types.FunctionType) -> bool:
-        """Whether ``fn`` wraps the jitted function itself (``model.forward = timed(jitted)``): it
-        calls the program, and the program cannot call it (that would recurse into itself), so
-        its closure (a call counter, a timer) is none of the program's state."""
-        if self.program is None:
+    def _calls_the_program(self, obj) -> bool:
+        """Whether ``obj`` wraps the jitted function itself (``model.forward = timed(jitted)``, a
+        ``functools.partial`` of it): it calls the program, and the program cannot call it (that
+        would recurse into itself), so its own state (a call counter, a timer) is none of the
+        program's."""
+        program = self.program
+        if program is None:
             return False
-        if getattr(fn, "__wrapped__", None) is self.program:
+        if getattr(obj, "__wrapped__", None) is program:
             return True
-        for cell in fn.__closure__ or ():
+        if isinstance(obj, functools.partial):
+            return any(a is program for a in obj.args) or any(v is program for v in obj.keywords.values())
+        for cell in getattr(obj, "__closure__", None) or ():
             try:
-                if cell.cell_contents is self.program:
+                if cell.cell_contents is program:
                     return True
             except ValueError:  # an empty cell
                 continue
         return False
 
     def _function(self, fn: types.FunctionType, name: str, what: str, depth: int) -> None:
-        if self._calls_the_program(fn):
-            return  # its identity is checked where it was found
         for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             if cell_name == "__class__":
                 continue
