@@ -55,6 +55,38 @@ def test_hf_llama_loss_and_backward_match_eager():
         torch.testing.assert_close(grads[n], p.grad, msg=n)
 
 
+@pytest.mark.slow
+def test_hf_opt_training_with_layer_drop_and_dropout_matches_eager():
+    """OPT (like BART, Whisper, Wav2Vec2, ...) draws ``torch.rand([])`` before each layer in
+    training and skips the layer when the draw is below ``layerdrop`` (0.0 by default): the
+    comparison is decided by the draw's bounds, so the program captures, with eager's dropout
+    masks, loss and gradients."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    torch.manual_seed(0)
+    config = OPTConfig(
+        vocab_size=256, max_position_embeddings=64, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+        num_attention_heads=4, word_embed_proj_dim=32, dropout=0.1,
+    )  # fmt: skip
+    reference = OPTForCausalLM(config).train()
+    model = OPTForCausalLM(config).train()
+    model.load_state_dict(reference.state_dict())
+    jmodel = thunder_core.jit(model)
+    for length in (6, 9):
+        idx = token_batch(2, length, seed=length)
+        torch.manual_seed(length)
+        expected = reference(idx, labels=idx).loss
+        expected.backward()
+        torch.manual_seed(length)
+        loss = jmodel(idx, labels=idx).loss
+        loss.backward()
+        torch.testing.assert_close(loss, expected)
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=name)
+            p.grad, q.grad = None, None
+    assert "torch.rand" in str(thunder_core.last_traces(jmodel)[0])  # the layer-drop draws, kept
+
+
 def _greedy(model, prompt, steps):
     """litgpt's own KV-cache decoding: prefill the prompt, then one token at a time."""
     model.set_kv_cache(batch_size=1)

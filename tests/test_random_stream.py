@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import thunder_core
+from thunder_core import DataDependentError
 
 DEFAULT_EXECUTORS = ["inductor", "numba", "torch"]
 FRONT_ENDS = ["jit-torch", "jit-default", "torch.compile"]
@@ -94,3 +95,25 @@ def test_the_final_trace_keeps_the_unused_draw():
     jfn = thunder_core.jit(unused_draw_last, executors=["torch"])
     jfn(torch.ones(3))
     assert "torch.randint" in str(thunder_core.last_traces(jfn)[-1])
+
+
+def layer_drop(x, drop: float):
+    """Hugging Face's layer drop (BART, OPT, Whisper, ...): a draw decides whether a layer runs."""
+    for _ in range(3):
+        if torch.rand([]) < drop:
+            continue
+        x = nn.functional.dropout(x.sin(), 0.3, training=True) + x
+    return x
+
+
+@pytest.mark.parametrize("front_end", ["jit-torch", "jit-default"])
+@pytest.mark.parametrize("drop", [0.0, 1.5, -1.0])
+def test_a_comparison_that_the_bounds_of_a_draw_decide_is_not_data_dependent(drop, front_end):
+    """``torch.rand`` draws in [0, 1): ``draw < 0.0`` is False and ``draw < 1.5`` True whatever
+    is drawn; the draw is still made, so the values and the stream after are eager's."""
+    assert_same_draws(lambda x: layer_drop(x, drop), lambda: (torch.randn(4, 5),), front_end)
+
+
+def test_a_comparison_that_the_bounds_of_a_draw_do_not_decide_is_data_dependent():
+    with pytest.raises(DataDependentError, match="converts a tensor to a Python bool"):
+        thunder_core.jit(layer_drop)(torch.randn(4, 5), 0.5)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -46,6 +48,32 @@ _DATA_DEPENDENT = {
     torch.bincount: "has an output shape that depends on tensor values (bincount)",
     T.bincount: "has an output shape that depends on tensor values (bincount)",
 }
+
+
+# Draws whose every value lies in [0, 1] (``torch.rand``'s [0, 1), bounded loosely), and the
+# comparisons of such a draw with a number that those bounds decide for every value drawn.
+_UNIT_INTERVAL_DRAWS = {torch.rand, torch.rand_like}
+_COMPARISONS = {
+    torch.lt: "lt", T.lt: "lt", T.__lt__: "lt", torch.less: "lt", T.less: "lt",
+    torch.le: "le", T.le: "le", T.__le__: "le", torch.less_equal: "le", T.less_equal: "le",
+    torch.gt: "gt", T.gt: "gt", T.__gt__: "gt", torch.greater: "gt", T.greater: "gt",
+    torch.ge: "ge", T.ge: "ge", T.__ge__: "ge", torch.greater_equal: "ge", T.greater_equal: "ge",
+}  # fmt: skip
+
+
+def _decided_for_unit_interval(comparison: str, number) -> bool | None:
+    """The result of ``draw <comparison> number`` for every ``draw`` in [0, 1], if one result
+    holds for them all (``torch.rand([]) < 0.0`` is always False), else None."""
+    if type(number) not in (int, float) or number != number:  # NaN: left to the general rule
+        return None
+    low, high = 0.0, 1.0
+    decided = {
+        "lt": False if number <= low else True if number > high else None,
+        "le": False if number < low else True if number >= high else None,
+        "gt": True if number < low else False if number >= high else None,
+        "ge": True if number <= low else False if number > high else None,
+    }
+    return decided[comparison]
 
 
 def data_dependent_error(what: str) -> DataDependentError:
@@ -111,6 +139,10 @@ class CaptureMode(TorchFunctionMode):
     def __init__(self, lift=None):
         super().__init__()
         self._lift = lift
+        # By id: draws in [0, 1], and comparisons whose truth those bounds decide (proxies kept
+        # alive with them, so an id is never reused while it is here).
+        self._unit_interval: dict[int, TensorProxy] = {}
+        self._decided: dict[int, tuple[TensorProxy, bool]] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -118,6 +150,13 @@ class CaptureMode(TorchFunctionMode):
             raise functorch_transform_error()
         if func in _METADATA:
             return func(*args, **kwargs)
+        if func is T.__bool__ and id(args[0]) in self._decided:
+            # HF's layerdrop, `if torch.rand([]) < self.layerdrop:` with layerdrop 0.0: the same
+            # answer for any value drawn, so nothing depends on the data (the draw stays in the
+            # trace, advancing the generator as in eager).
+            proxy, truth = self._decided[id(args[0])]
+            if proxy is args[0] and all(type(n) is int for n in proxy.shape) and math.prod(proxy.shape) == 1:
+                return truth
         reason = _DATA_DEPENDENT.get(func)
         if reason is not None:
             raise data_dependent_error(reason)
@@ -134,7 +173,15 @@ class CaptureMode(TorchFunctionMode):
                 if isinstance(args[0], TensorProxy)
                 else func(*args)
             )
-        return _dispatch(func, args, kwargs)
+        result = _dispatch(func, args, kwargs)
+        if isinstance(result, TensorProxy):
+            if func in _UNIT_INTERVAL_DRAWS:
+                self._unit_interval[id(result)] = result
+            elif func in _COMPARISONS and len(args) == 2 and self._unit_interval.get(id(args[0])) is args[0]:
+                truth = _decided_for_unit_interval(_COMPARISONS[func], args[1])
+                if truth is not None:
+                    self._decided[id(result)] = (result, truth)
+        return result
 
 
 def _plain_number(x):
