@@ -1,6 +1,8 @@
-"""Symbolic Inductor regions given inputs with other strides than traced."""
+"""Symbolic Inductor regions given inputs with other strides than traced, or only ints."""
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -35,3 +37,25 @@ def test_a_symbolic_region_that_only_views_an_input_checks_its_strides():
     assert thunder_core.cache_info(jfn).entries == 1
     backward = str(thunder_core.last_backward_traces(jfn)[-1])
     assert "_inductor_fusion" in backward and "cpu f32[s0*s1, 64]" in backward, backward
+
+
+def _attention_with_a_mask_of_length(q, k, v, n: int):
+    positions = torch.arange(n)
+    causal = positions[:, None] >= positions[None, :]
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+
+
+def test_a_symbolic_region_whose_only_input_is_an_int_compiles_once():
+    """The mask's region takes nothing but ``n``, which the program finds equal to ``q``'s length
+    (its ShapeEnv replaces ``n``'s symbol by the length's): traced in the trace's ShapeEnv with
+    that symbol, it compiles once and runs every length, without a warning (it failed, "vr must
+    not be None for symbol", and every length compiled again)."""
+    jfn = thunder_core.jit(_attention_with_a_mask_of_length, executors=["inductor"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for n in (5, 9, 7):
+            q, k, v = (torch.randn(2, 3, n, 8) for _ in range(3))
+            torch.testing.assert_close(jfn(q, k, v, n), _attention_with_a_mask_of_length(q, k, v, n))
+    info = thunder_core.cache_info(jfn)
+    assert info.entries == 2, info.reasons  # the first length, then every other one
+    assert "_inductor_fusion_1(n)" in str(thunder_core.last_traces(jfn)[-1])

@@ -14,7 +14,7 @@ import re
 import threading
 import types
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch._inductor
@@ -442,7 +442,12 @@ def _compile_symbolic(fn, examples: list, options: dict):
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    with enable_python_dispatcher():  # symbolic sizes through PyTorch's Python kernels (capture.meta)
+    examples = [_canonical(x) for x in examples]
+    fake_mode, only_ints = _fake_mode(examples)
+    # Inputs that are all ints (a mask made from `arange(s0)`): make_fx finds no fake tensor to
+    # trace in, so the mode over their ShapeEnv is made active for it to find.
+    tracing_in = fake_mode if only_ints else nullcontext()
+    with enable_python_dispatcher(), tracing_in:  # symbolic sizes through torch's Python kernels
         graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
     building: list = []
@@ -451,14 +456,13 @@ def _compile_symbolic(fn, examples: list, options: dict):
     with torch._inductor.config.patch(options), compiler_config.patch(_size_assumptions(examples)):
         mutates = _mutates(graph)
         if mutates:
-            with enable_python_dispatcher():
+            with enable_python_dispatcher(), tracing_in:
                 graph = make_fx(fn, tracing_mode="fake")(*examples)
             no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
             with torch._inductor.config.patch(no_graph_cache), _no_autograd_cache():
                 compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
             call = lambda args: compiled(*args)  # noqa: E731
         else:
-            fake_mode = next((x.fake_mode for x in examples if hasattr(x, "fake_mode")), None)
             with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
                 inner = compile_fx_inner(
                     graph, examples, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
@@ -483,6 +487,32 @@ def _compile_symbolic(fn, examples: list, options: dict):
             return tuple(fn(*args))
 
     return run
+
+
+def _canonical(example):
+    """An int input as the symbol its ShapeEnv replaced it by (``n`` found equal to ``x.shape[0]``:
+    ``s1`` is ``s0``): the traced graph uses that symbol, and the generated code binds the
+    symbols of its inputs only."""
+    if not isinstance(example, torch.SymInt):
+        return example
+    node = example.node
+    canonical = node.expr  # the replacement (SymNode.expr replaces; the node keeps its own symbol)
+    if canonical == getattr(node, "_expr", canonical) or not canonical.is_Symbol:
+        return example
+    return node.shape_env.create_symintnode(canonical, hint=node.hint)
+
+
+def _fake_mode(examples: list):
+    """The fake mode of a symbolic region's examples, and whether it was made here: a region
+    whose inputs are all ints gets one over their ShapeEnv (the trace's), so that the tensors
+    tracing makes have the trace's symbols in their sizes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for x in examples:
+        if hasattr(x, "fake_mode"):
+            return x.fake_mode, False
+    shape_env = next(x.node.shape_env for x in examples if isinstance(x, torch.SymInt))
+    return FakeTensorMode(shape_env=shape_env), True
 
 
 _ASSERTED_INPUT = re.compile(r"assert_size_stride\((arg\d+_\d+)\b")
