@@ -272,8 +272,8 @@ def test_a_bound_method_is_cached_like_the_module():
 
 
 def test_a_wrapper_around_the_jitted_forward_with_state_of_its_own_does_not_recompile():
-    """``model.forward = timed(thunder_core.jit(model.forward))``: the wrapper calls the program,
-    the program never calls it, so the wrapper's changing state (a call counter) is not guarded."""
+    """``model.forward = timed(thunder_core.jit(model.forward))``: the wrapper, in the method's own
+    place, is how the program is called, so its changing state (a call counter) is not guarded."""
 
     class Scaler(nn.Module):
         def __init__(self):
@@ -287,6 +287,7 @@ def test_a_wrapper_around_the_jitted_forward_with_state_of_its_own_does_not_reco
     def counted(fn):
         calls = 0
 
+        @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             nonlocal calls
             calls += 1
@@ -300,7 +301,12 @@ def test_a_wrapper_around_the_jitted_forward_with_state_of_its_own_does_not_reco
         times.append(time.perf_counter() - start)
         return out
 
-    for wrap in (counted, lambda jitted: functools.partial(timed, jitted, times=[])):
+    wrappers = (
+        counted,
+        lambda jitted: functools.partial(timed, jitted, times=[]),
+        lambda jitted: counted(counted(jitted)),  # the outer one reaches the program by __wrapped__
+    )
+    for wrap in wrappers:
         model = Scaler()
         jitted = thunder_core.jit(model.forward)
         model.forward = wrap(jitted)

@@ -107,13 +107,67 @@ def layer_drop(x, drop: float):
 
 
 @pytest.mark.parametrize("front_end", ["jit-torch", "jit-default"])
-@pytest.mark.parametrize("drop", [0.0, 1.5, -1.0])
+@pytest.mark.parametrize("drop", [0.0, 2.0, -1.0])
 def test_a_comparison_that_the_bounds_of_a_draw_decide_is_not_data_dependent(drop, front_end):
-    """``torch.rand`` draws in [0, 1): ``draw < 0.0`` is False and ``draw < 1.5`` True whatever
+    """``torch.rand`` draws in [0, 1): ``draw < 0.0`` is False and ``draw < 2.0`` True whatever
     is drawn; the draw is still made, so the values and the stream after are eager's."""
     assert_same_draws(lambda x: layer_drop(x, drop), lambda: (torch.randn(4, 5),), front_end)
 
 
-def test_a_comparison_that_the_bounds_of_a_draw_do_not_decide_is_data_dependent():
+DECIDED = {
+    "r < 0": lambda r: r < 0,
+    "0.0 > r": lambda r: 0.0 > r,
+    "r >= 0.0": lambda r: r >= 0.0,
+    "r <= -1": lambda r: r <= -1,
+    "r > 1.0": lambda r: r > 1.0,
+    "torch.ge(r, 2.0)": lambda r: torch.ge(r, 2.0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("decide", list(DECIDED.values()), ids=list(DECIDED))
+def test_every_comparison_the_bounds_decide_gives_eagers_branch(decide, dtype):
+    def fn(x):
+        if decide(torch.rand([], dtype=dtype)):
+            return x * 2
+        return x - 1
+
+    assert_same_draws(fn, lambda: (torch.randn(3),), "jit-torch")
+
+
+def draw_scaled_in_place(x):
+    r = torch.rand([])
+    r.mul_(3)
+    return x * 2 if r < 2.0 else x
+
+
+def draw_scaled_through_a_view(x):
+    r = torch.rand([])
+    r.view(1).mul_(3)
+    return x * 2 if r < 2.0 else x
+
+
+def comparison_changed_in_place(x):
+    c = torch.rand([]) < 0.0
+    c |= x.sum() > 0
+    return x * 2 if c else x
+
+
+def near_zero_in_half_precision(x):
+    return x * 2 if torch.rand([], dtype=torch.float16) > -1e-8 else x  # -1e-8 rounds to -0.0
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        draw_scaled_in_place,
+        draw_scaled_through_a_view,
+        comparison_changed_in_place,
+        near_zero_in_half_precision,
+    ],
+)
+def test_a_comparison_that_the_bounds_of_a_draw_do_not_decide_is_data_dependent(fn):
+    with pytest.raises(DataDependentError, match="converts a tensor to a Python bool"):
+        thunder_core.jit(fn)(torch.randn(3))
     with pytest.raises(DataDependentError, match="converts a tensor to a Python bool"):
         thunder_core.jit(layer_drop)(torch.randn(4, 5), 0.5)

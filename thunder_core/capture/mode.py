@@ -50,8 +50,8 @@ _DATA_DEPENDENT = {
 }
 
 
-# Draws whose every value lies in [0, 1] (``torch.rand``'s [0, 1), bounded loosely), and the
-# comparisons of such a draw with a number that those bounds decide for every value drawn.
+# ``torch.rand`` draws lie in [0, 1) in every floating dtype. A comparison of such a draw with a
+# number can hold, or fail, for every value drawn (HF's layer drop: ``torch.rand([]) < 0.0``).
 _UNIT_INTERVAL_DRAWS = {torch.rand, torch.rand_like}
 _COMPARISONS = {
     torch.lt: "lt", T.lt: "lt", T.__lt__: "lt", torch.less: "lt", T.less: "lt",
@@ -61,17 +61,21 @@ _COMPARISONS = {
 }  # fmt: skip
 
 
-def _decided_for_unit_interval(comparison: str, number) -> bool | None:
-    """The result of ``draw <comparison> number`` for every ``draw`` in [0, 1], if one result
-    holds for them all (``torch.rand([]) < 0.0`` is always False), else None."""
+def _decided_for_a_draw(comparison: str, number, dtype: torch.dtype) -> bool | None:
+    """The result of ``draw <comparison> number`` for every ``draw`` of ``torch.rand`` in
+    ``dtype``, if one result holds for them all, else None.
+
+    Eager compares in the draw's dtype, rounding the number: a small negative number may round
+    to -0.0 (so "below zero" needs ``-tiny``), a number just above 1 to 1.0 (so "above every
+    draw" needs 2; the bounds are taken as [0, 1], draws below 1 or equal to it alike)."""
     if type(number) not in (int, float) or number != number:  # NaN: left to the general rule
         return None
-    low, high = 0.0, 1.0
+    negative = number <= -torch.finfo(dtype).tiny
     decided = {
-        "lt": False if number <= low else True if number > high else None,
-        "le": False if number < low else True if number >= high else None,
-        "gt": True if number < low else False if number >= high else None,
-        "ge": True if number <= low else False if number > high else None,
+        "lt": False if number <= 0 else True if number >= 2 else None,
+        "le": False if negative else True if number >= 1 else None,
+        "gt": True if negative else False if number >= 1 else None,
+        "ge": True if number <= 0 else False if number >= 2 else None,
     }
     return decided[comparison]
 
@@ -139,10 +143,12 @@ class CaptureMode(TorchFunctionMode):
     def __init__(self, lift=None):
         super().__init__()
         self._lift = lift
-        # By id: draws in [0, 1], and comparisons whose truth those bounds decide (proxies kept
-        # alive with them, so an id is never reused while it is here).
-        self._unit_interval: dict[int, TensorProxy] = {}
-        self._decided: dict[int, tuple[TensorProxy, bool]] = {}
+        # The result of the last torch call when it was a ``torch.rand`` draw, and the result of
+        # the last call when it compared that draw with a number its bounds decide. Only the
+        # very last call counts: any call in between may have written either in place (through
+        # a view, an ``out=``, an augmented assignment) or read the comparison otherwise.
+        self._draw: TensorProxy | None = None
+        self._decided: tuple[TensorProxy, bool] | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -150,13 +156,12 @@ class CaptureMode(TorchFunctionMode):
             raise functorch_transform_error()
         if func in _METADATA:
             return func(*args, **kwargs)
-        if func is T.__bool__ and id(args[0]) in self._decided:
-            # HF's layerdrop, `if torch.rand([]) < self.layerdrop:` with layerdrop 0.0: the same
+        draw, decided, self._draw, self._decided = self._draw, self._decided, None, None
+        if func is T.__bool__ and decided is not None and decided[0] is args[0]:
+            # HF's layer drop, `if torch.rand([]) < self.layerdrop:` with layerdrop 0.0: the same
             # answer for any value drawn, so nothing depends on the data (the draw stays in the
             # trace, advancing the generator as in eager).
-            proxy, truth = self._decided[id(args[0])]
-            if proxy is args[0] and all(type(n) is int for n in proxy.shape) and math.prod(proxy.shape) == 1:
-                return truth
+            return decided[1]
         reason = _DATA_DEPENDENT.get(func)
         if reason is not None:
             raise data_dependent_error(reason)
@@ -174,14 +179,18 @@ class CaptureMode(TorchFunctionMode):
                 else func(*args)
             )
         result = _dispatch(func, args, kwargs)
-        if isinstance(result, TensorProxy):
-            if func in _UNIT_INTERVAL_DRAWS:
-                self._unit_interval[id(result)] = result
-            elif func in _COMPARISONS and len(args) == 2 and self._unit_interval.get(id(args[0])) is args[0]:
-                truth = _decided_for_unit_interval(_COMPARISONS[func], args[1])
-                if truth is not None:
-                    self._decided[id(result)] = (result, truth)
+        if isinstance(result, TensorProxy) and "out" not in kwargs:
+            if func in _UNIT_INTERVAL_DRAWS and result.dtype.is_floating_point:
+                self._draw = result
+            elif func in _COMPARISONS and len(args) == 2 and draw is not None and args[0] is draw:
+                truth = _decided_for_a_draw(_COMPARISONS[func], args[1], draw.dtype)
+                if truth is not None and _one_element(result):
+                    self._decided = (result, truth)
         return result
+
+
+def _one_element(proxy: TensorProxy) -> bool:
+    return all(type(n) is int for n in proxy.shape) and math.prod(proxy.shape) == 1
 
 
 def _plain_number(x):

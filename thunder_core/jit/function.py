@@ -8,6 +8,7 @@ import functools
 import gc
 import inspect
 import threading
+import types
 import warnings
 from typing import NamedTuple
 
@@ -423,7 +424,7 @@ class ThunderFunction(LastEntryPaths):
         if not variants:
             return None
         builder = GuardBuilder()
-        builder.program = self
+        builder.program, builder.program_slot = self, _program_slot(self._fn, self._guard_root)
         builder.root_state_modules = self._state.module_ids()
         builder.ambient_state()
         try:
@@ -531,7 +532,7 @@ class ThunderFunction(LastEntryPaths):
         builder = None
         if self._guarded:
             builder = GuardBuilder()
-            builder.program = self
+            builder.program, builder.program_slot = self, _program_slot(self._fn, self._guard_root)
             if self._state is not None:
                 builder.root_state_modules = self._state.module_ids()
             builder.ambient_state()
@@ -725,6 +726,14 @@ def jit_options(arguments: dict) -> dict:
 def _display_name(root) -> str:
     """``GPT`` for a module, ``forward`` for a function: what a person calls it."""
     return type(root).__name__ if isinstance(root, torch.nn.Module) else _root_name(root)
+
+
+def _program_slot(fn, root) -> tuple[object, str] | None:
+    """Where a wrapper of a jitted module method would be installed: (the module, the method's
+    name); None for anything else jitted."""
+    if isinstance(fn, types.MethodType) and fn.__self__ is root and isinstance(root, torch.nn.Module):
+        return root, fn.__func__.__name__
+    return None
 
 
 def _root_name(root) -> str:

@@ -246,7 +246,10 @@ class GuardBuilder:
         self.stable_reads: list[tuple[str, object]] = []  # values read from library modules, unguarded
         self.not_replayable: str | None = None  # why the global reads cannot be replayed elsewhere
         self.argument_ints = ArgumentInts()  # thunder_core.jit.argument_ints
-        self.program: object = None  # the jitted function the guard is for (``_calls_the_program``)
+        # The jitted function the guard is for, and where a wrapper of it may be installed: the
+        # attribute of the module whose method was jitted (``model.forward``), ``_wrapper_of_the_program``.
+        self.program: object = None
+        self.program_slot: tuple[object, str] | None = None
 
     def argument_ints_free(self, containers: set[int]) -> None:
         """The ints of these argument containers, where the walk also meets them through the
@@ -371,8 +374,6 @@ class GuardBuilder:
             self.tensor_paths.setdefault(id(obj), what)
         elif isinstance(obj, nn.Module):
             self._module(obj, name, what, depth)
-        elif isinstance(obj, (types.FunctionType, functools.partial)) and self._calls_the_program(obj):
-            pass  # a wrapper of the program itself: its identity is checked where it was found
         elif isinstance(obj, types.FunctionType):
             self._function(obj, name, what, depth)
         elif isinstance(obj, types.MethodType):
@@ -449,24 +450,30 @@ class GuardBuilder:
             where = f"{what}.{key}" if attributes else f"{what}[{key!r}]"
             self._item(f"{name}.get({key_expr}, MISSING)", item, where, depth, covered, free_ints)
 
-    def _calls_the_program(self, obj) -> bool:
-        """Whether ``obj`` wraps the jitted function itself (``model.forward = timed(jitted)``, a
-        ``functools.partial`` of it): it calls the program, and the program cannot call it (that
-        would recurse into itself), so its own state (a call counter, a timer) is none of the
-        program's."""
-        program = self.program
-        if program is None:
+    def _wrapper_of_the_program(self, module, key: str, item) -> bool:
+        """Whether ``item``, found as ``module.<key>``, is a wrapper put around the jitted method
+        in the method's own place (``model.forward = timed(thunder_core.jit(model.forward))``, a
+        ``functools.partial`` of it, wrappers of wrappers through ``__wrapped__``). It is how the
+        program is called, not something the program reads, so its own state (a call counter, a
+        timer) is not walked: only its identity is checked."""
+        slot = self.program_slot
+        if slot is None or slot[0] is not module or slot[1] != key:
             return False
-        if getattr(obj, "__wrapped__", None) is program:
-            return True
-        if isinstance(obj, functools.partial):
-            return any(a is program for a in obj.args) or any(v is program for v in obj.keywords.values())
-        for cell in getattr(obj, "__closure__", None) or ():
-            try:
-                if cell.cell_contents is program:
-                    return True
-            except ValueError:  # an empty cell
-                continue
+        program, seen = self.program, 0
+        while item is not None and seen < MAX_DEPTH:
+            if item is program:
+                return True
+            if isinstance(item, functools.partial) and (
+                any(a is program for a in item.args) or any(v is program for v in item.keywords.values())
+            ):
+                return True
+            for cell in getattr(item, "__closure__", None) or ():
+                try:
+                    if cell.cell_contents is program:
+                        return True
+                except ValueError:  # an empty cell
+                    continue
+            item, seen = getattr(item, "__wrapped__", None), seen + 1
         return False
 
     def _function(self, fn: types.FunctionType, name: str, what: str, depth: int) -> None:
@@ -540,6 +547,8 @@ class GuardBuilder:
             if key in _MODULE_HOOKS:
                 if item:
                     self._dict_items(self.bind(item, "d"), item, f"{what}.{key}", depth)
+            elif self._wrapper_of_the_program(module, key, item):
+                self.same_object(f"{d}.get({key!r}, MISSING)", item, f"{what}.{key}", covered)
             elif key != "training" or not in_root_state:  # training of jit(module)'s tree is in the key
                 self.value(f"{d}.get({key!r}, MISSING)", item, f"{what}.{key}", depth, covered)
         self._class_attributes(type(module), depth)

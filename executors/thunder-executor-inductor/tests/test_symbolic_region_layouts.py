@@ -45,11 +45,12 @@ def _attention_with_a_mask_of_length(q, k, v, n: int):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)
 
 
-def test_a_symbolic_region_whose_only_input_is_an_int_compiles_once():
+def test_a_symbolic_region_whose_only_input_is_an_int_compiles_once(monkeypatch):
     """The mask's region takes nothing but ``n``, which the program finds equal to ``q``'s length
     (its ShapeEnv replaces ``n``'s symbol by the length's): traced in the trace's ShapeEnv with
     that symbol, it compiles once and runs every length, without a warning (it failed, "vr must
     not be None for symbol", and every length compiled again)."""
+    monkeypatch.setenv("THUNDER_CORE_STRICT", "1")  # a region given back to torch is an error
     jfn = thunder_core.jit(_attention_with_a_mask_of_length, executors=["inductor"])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

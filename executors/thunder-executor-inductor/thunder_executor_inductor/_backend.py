@@ -499,7 +499,8 @@ def _canonical(example):
     canonical = node.expr  # the replacement (SymNode.expr replaces; the node keeps its own symbol)
     if canonical == getattr(node, "_expr", canonical) or not canonical.is_Symbol:
         return example
-    return node.shape_env.create_symintnode(canonical, hint=node.hint)
+    value = node.shape_env.var_to_val.get(canonical)  # a sympy Integer
+    return node.shape_env.create_symintnode(canonical, hint=node.hint if value is None else int(value))
 
 
 def _fake_mode(examples: list):
@@ -511,7 +512,9 @@ def _fake_mode(examples: list):
     for x in examples:
         if hasattr(x, "fake_mode"):
             return x.fake_mode, False
-    shape_env = next(x.node.shape_env for x in examples if isinstance(x, torch.SymInt))
+    shape_env = next((x.node.shape_env for x in examples if isinstance(x, torch.SymInt)), None)
+    if shape_env is None:
+        raise RegionNotSupported("inductor: a symbolic region with neither tensor nor symbolic int inputs")
     return FakeTensorMode(shape_env=shape_env), True
 
 
