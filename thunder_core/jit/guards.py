@@ -456,10 +456,10 @@ class GuardBuilder:
         ``functools.partial`` of it, wrappers of wrappers through ``__wrapped__``). It is how the
         program is called, not something the program reads, so its own state (a call counter, a
         timer) is not walked: only its identity is checked."""
-        slot = self.program_slot
-        if slot is None or slot[0] is not module or slot[1] != key:
-            return False
-        program, seen = self.program, 0
+        slot, program = self.program_slot, self.program
+        if slot is None or slot[0] is not module or slot[1] != key or item is program:
+            return False  # the jitted method installed as it is: walked as any value
+        seen = 0
         while item is not None and seen < MAX_DEPTH:
             if item is program:
                 return True
