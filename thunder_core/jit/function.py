@@ -29,10 +29,11 @@ from thunder_core.jit.dynamic import (
     to_make_symbolic,
 )
 from thunder_core.jit.fingerprint import versions
-from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState, rebind
+from thunder_core.jit.guards import CompositeGuard, GuardBuilder, TooMuchState
 from thunder_core.jit.last_entry import LastEntryPaths, StructuredEntry, tensor_metadata_check
 from thunder_core.jit.persistent import key_material, restore, save
 from thunder_core.jit.pipeline import Compiled, compile_function
+from thunder_core.jit.rebind import rebind
 from thunder_core.jit.side_effects import check_side_effects
 from thunder_core.ops.kept_answers import metadata_kept_in
 from thunder_core.progress import compiling
@@ -411,7 +412,7 @@ class ThunderFunction(LastEntryPaths):
 
         Replacing submodules by equal ones (``set_kv_cache`` builds new cache modules) fails
         only the identity checks of those submodules; the entry is reused when a fresh walk of
-        the tree pins down everything else the same (``guards.rebind``).
+        the tree pins down everything else the same (``thunder_core.jit.rebind``).
         """
         variants = []
         for compiled in self._variants.get(key, ()):

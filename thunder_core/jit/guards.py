@@ -54,6 +54,7 @@ from thunder_core.capture.reads import (
 from thunder_core.errors import CaptureError
 from thunder_core.jit.argument_ints import ArgumentInts
 from thunder_core.jit.dict_versions import class_table, dict_version, install_version_checks
+from thunder_core.jit.program_wrappers import wraps_program
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "(absent)"})()
 
@@ -451,30 +452,12 @@ class GuardBuilder:
             self._item(f"{name}.get({key_expr}, MISSING)", item, where, depth, covered, free_ints)
 
     def _wrapper_of_the_program(self, module, key: str, item) -> bool:
-        """Whether ``item``, found as ``module.<key>``, is a wrapper put around the jitted method
-        in the method's own place (``model.forward = timed(thunder_core.jit(model.forward))``, a
-        ``functools.partial`` of it, wrappers of wrappers through ``__wrapped__``). It is how the
-        program is called, not something the program reads, so its own state (a call counter, a
-        timer) is not walked: only its identity is checked."""
+        """Whether ``item``, found as ``module.<key>``, wraps the jitted method in the method's own
+        place (``thunder_core.jit.program_wrappers``): only its identity is checked."""
         slot, program = self.program_slot, self.program
         if slot is None or slot[0] is not module or slot[1] != key or item is program:
             return False  # the jitted method installed as it is: walked as any value
-        seen = 0
-        while item is not None and seen < MAX_DEPTH:
-            if item is program:
-                return True
-            if isinstance(item, functools.partial) and (
-                any(a is program for a in item.args) or any(v is program for v in item.keywords.values())
-            ):
-                return True
-            for cell in getattr(item, "__closure__", None) or ():
-                try:
-                    if cell.cell_contents is program:
-                        return True
-                except ValueError:  # an empty cell
-                    continue
-            item, seen = getattr(item, "__wrapped__", None), seen + 1
-        return False
+        return wraps_program(item, program, MAX_DEPTH)
 
     def _function(self, fn: types.FunctionType, name: str, what: str, depth: int) -> None:
         for cell_name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -736,39 +719,6 @@ class CompositeGuard:
         if index < self._offset:
             return self.first.describe(failure)
         return self.second.describe((index - self._offset, current))
-
-
-def rebind(old_tokens: list, old_tree: int, old_failures: list, new_builder: GuardBuilder) -> bool:
-    """Whether a compiled entry stays valid for a module tree in which submodules were replaced.
-
-    True when every failing check of the entry's guard is the identity of a submodule found by
-    walking the roots (``old_failures`` indexes ``old_tokens``' tree part), and a fresh walk of
-    the roots (``new_builder``) pins down the same things: the same paths, values, array
-    contents and object identities, and submodules of the same classes at the same places.
-    The entry's parameters and buffers are inputs read on every call, so its trace holds for
-    the new submodules exactly when everything else it was specialized on is unchanged.
-    """
-    if not old_failures or any(
-        index >= old_tree or old_tokens[index][0] != "module" for index, _ in old_failures
-    ):
-        return False
-    if new_builder.tree_checks != old_tree:
-        return False
-    for old, new in zip(old_tokens[:old_tree], new_builder.tokens[:old_tree]):
-        if old[0] != new[0] or old[1:3] != new[1:3]:
-            return False
-        if old[0] == "value" and not _same_expected(old[3], new[3]):
-            return False
-        if old[0] == "array" and old[2:] != new[2:]:
-            return False
-    return True
-
-
-def _same_expected(a, b) -> bool:
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except Exception:  # a value whose == is not a plain truth value: not provably the same
-        return False
 
 
 def _holds_float_zero(value) -> bool:

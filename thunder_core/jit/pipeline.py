@@ -50,7 +50,7 @@ class Compiled:
     guard: object = None  # thunder_core.jit.guards.Guard, or None when nothing is guarded
     reason: str = ""  # why this entry was compiled (what changed since the previous one)
     blocks: list = field(default_factory=list)  # thunder_core.jit.blocks.BlockProgram, one per distinct block
-    # For re-validating the entry against a module tree with replaced submodules (guards.rebind):
+    # For re-validating the entry against a module tree with replaced submodules (thunder_core.jit.rebind):
     guard_tokens: list = field(default_factory=list)  # what each check of the tree walk pins down
     guard_tree_checks: int = 0
     captured_guard: object = None  # () -> the checks added while capturing, as a guard of their own
