@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -175,6 +176,83 @@ def test_a_first_call_under_cprofile_compiles_and_the_profiler_keeps_recording()
     torch.testing.assert_close(out, x * 3.0)
     recorded = {name for (_, _, name) in pstats.Stats(profiler).stats}
     assert "outside" in recorded  # resumed after the capture paused it
+
+
+def _layers():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        *(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(3))
+    )
+
+
+def _train_over_sizes_like_eager(jmodel, model, reference, during):
+    for n in (3, 5, 9):
+        x = torch.randn(n, 8)
+        with during():
+            jmodel(x).square().sum().backward()
+        reference(x).square().sum().backward()
+        for got, want in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(got.grad, want.grad)
+    assert (
+        thunder_core.cache_info(jmodel).misses == 2
+    )  # the second size compiled symbolic, for every later one
+
+
+@pytest.mark.parametrize("capture_blocks_once", [False, True])
+def test_training_under_cprofile_over_changing_sizes_gives_eagers_gradients(capture_blocks_once):
+    """Autodiff and symbolic recompiles record operations outside capture: under cProfile, whose
+    object ``sys.getprofile()`` returns, they once put that object back with ``sys.setprofile``
+    and every later Python call raised "'Profile' object is not callable"."""
+    import cProfile
+    import pstats
+
+    def outside():
+        return 1
+
+    profiler = cProfile.Profile()
+
+    @contextlib.contextmanager
+    def profiled():
+        profiler.enable()
+        try:
+            yield
+            outside()
+        finally:
+            profiler.disable()
+
+    model, reference = _layers(), _layers()
+    jmodel = thunder_core.jit(model, capture_blocks_once=capture_blocks_once)
+    _train_over_sizes_like_eager(jmodel, model, reference, profiled)
+    assert "outside" in {name for (_, _, name) in pstats.Stats(profiler).stats}
+
+
+def test_compiling_under_torch_profiler_with_stacks_keeps_its_tracer_and_refuses_random_draws():
+    """``torch.profiler`` with ``with_stack=True`` installs a C-level profiler that can be neither
+    chained nor put back: capture watches the user's code through ``sys.settrace`` instead and
+    leaves the profiler's tracer in place."""
+    import random
+    import sys
+
+    from torch.profiler import ProfilerActivity, profile
+
+    model, reference = _layers(), _layers()
+    jmodel = thunder_core.jit(model)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True):
+        tracer = sys.getprofile()
+        _train_over_sizes_like_eager(jmodel, model, reference, contextlib.nullcontext)
+        assert sys.getprofile() is tracer
+        assert sys.gettrace() is None
+
+        jfn = thunder_core.jit(lambda x: x * random.random())
+        with pytest.raises(thunder_core.CaptureError, match="random module"):
+            jfn(torch.ones(2))
+
+        def seeded(x):
+            torch.manual_seed(0)
+            return x + 1
+
+        with pytest.raises(thunder_core.CaptureError, match="manual_seed"):
+            thunder_core.jit(seeded)(torch.ones(2))
 
 
 def test_a_function_that_changes_state_it_reads_recompiles_like_eager_runs_it():

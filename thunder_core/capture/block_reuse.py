@@ -42,7 +42,6 @@ opt-in (``jit(model, capture_blocks_once=True)``).
 from __future__ import annotations
 
 import enum
-import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from thunder_core.capture.reads import (
     GLOBAL_MODULE_HOOKS,
     MODULE_HOOKS,
     OPAQUE_MODULES,
+    CallHook,
     global_chains,
     is_user_code,
 )
@@ -224,15 +224,16 @@ class _CodeRun:
                     except _Different:  # too much to compare: no template (never raised into the program)
                         self.too_much = True
         if self._previous is not None:
-            self._previous(frame, event, arg)
+            return self._previous(frame, event, arg)
+        return None
 
     def __enter__(self) -> _CodeRun:
-        self._previous = sys.getprofile()
-        sys.setprofile(self._profile)
+        self._hook = CallHook(self._profile)
+        self._previous = self._hook.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        sys.setprofile(self._previous)
+        self._hook.__exit__()
 
 
 def _modes() -> tuple:

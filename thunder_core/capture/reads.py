@@ -18,6 +18,7 @@ import os
 import random
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable
 from functools import cache, lru_cache
 from types import CodeType
@@ -157,6 +158,12 @@ _TORCH_GENERATOR_SETTERS = frozenset(
 )
 
 
+# torch's Python-level seeding functions: seen as calls where C calls are not (CallHook.c_events).
+_TORCH_SEEDING = frozenset(
+    f.__code__ for f in (torch.random.manual_seed, torch.random.seed, torch.random.set_rng_state)
+)
+
+
 def torch_generator_reset(fn) -> str | None:
     """``torch.Generator.manual_seed`` and the other calls that set a torch generator's state, named."""
     name = getattr(fn, "__name__", "")
@@ -204,27 +211,94 @@ def _drawn_by_libraries(frame) -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(_NEVER_USER)
 
 
+def _restorable(installed) -> bool:
+    """Whether what ``sys.getprofile()`` or ``sys.gettrace()`` gave can be put back with the
+    matching setter (and called with chained events): a Python callable, or nothing. A C-level
+    profiler's object (``cProfile``, ``torch.profiler`` with ``with_stack=True``) cannot."""
+    return installed is None or callable(installed)
+
+
+_PROFILE_SLOT = (sys.getprofile, sys.setprofile)
+_TRACE_SLOT = (sys.gettrace, sys.settrace)
+_hook_slots = threading.local()  # .slot: where this thread's innermost CallHook is installed
+
+
+def call_hook_slot() -> tuple[Callable, Callable]:
+    """``(getter, setter)`` of where this thread's active ``CallHook`` is installed (the profile
+    slot when none is active)."""
+    return getattr(_hook_slots, "slot", _PROFILE_SLOT)
+
+
+class CallHook:
+    """Context manager: ``hook(frame, event, arg)`` receives the interpreter's events while active.
+
+    Installed with ``sys.setprofile`` (Python calls, and C calls as ``c_call``), chained: a
+    Python-level profile function already installed is what ``__enter__`` returns, for ``hook``
+    to pass every event on to; ``cProfile`` cannot take chained events and is paused while
+    active and resumed after. A C-level profiler that can be neither chained nor put back
+    (``torch.profiler`` with ``with_stack=True``) is left running and ``hook`` goes into
+    ``sys.settrace`` instead, chained to the trace function there (a debugger, coverage):
+    ``c_events`` is then False (no ``c_call`` events), and ``hook`` must return what the chained
+    function returns (a frame's local trace function).
+    """
+
+    def __init__(self, hook: Callable):
+        self._hook = hook
+        self._slot = _PROFILE_SLOT
+        self._previous = None
+        self._paused = None
+        self._outer_slot = None
+        self.c_events = True
+
+    def __enter__(self):
+        profile = sys.getprofile()
+        if not _restorable(profile) and hasattr(profile, "enable") and hasattr(profile, "disable"):
+            profile.disable()  # cProfile: paused, resumed by __exit__
+            self._paused = profile
+        elif not _restorable(profile) and _restorable(sys.gettrace()):
+            self._slot, self.c_events = _TRACE_SLOT, False
+        get, install = self._slot
+        previous = get()
+        self._previous = previous if _restorable(previous) else None  # otherwise lost until its owner ends it
+        self._outer_slot = getattr(_hook_slots, "slot", None)
+        _hook_slots.slot = self._slot
+        install(self._hook)
+        return self._previous
+
+    def __exit__(self, *exc) -> None:
+        self._slot[1](self._previous)
+        _hook_slots.slot = self._outer_slot if self._outer_slot is not None else _PROFILE_SLOT
+        if self._paused is not None:
+            self._paused.enable()
+            self._paused = None
+
+
 class ExecutedUserCode:
     """Context manager: calls ``on_first_entry(code, f_globals)`` for each user code object entered.
 
     Also notes the first draw from a Python-level random number generator (``random``,
     ``numpy.random``): a value drawn while capturing would be frozen into the trace, so
-    ``random_draw`` names it and the line, for capture to refuse. Uses ``sys.setprofile``
-    (an already installed Python-level profiler keeps receiving its events; a C-level one such
-    as ``cProfile`` is paused while capturing and resumed afterwards).
+    ``random_draw`` names it and the line, for capture to refuse. Watches through ``CallHook``
+    (an already installed Python-level profiler keeps receiving its events; ``cProfile`` is
+    paused while capturing; under ``torch.profiler(with_stack=True)`` only Python calls are
+    seen, and a draw from the ``random`` module's global generator is found by its state).
     """
 
     def __init__(self, on_first_entry: Callable[[CodeType, dict], None]):
         self._on_first_entry = on_first_entry
         self._seen: set[CodeType] = set()
         self._previous = None
-        self._paused = None
+        self._hook: CallHook | None = None
         self.random_draw: str | None = None
         self.generator_reset: str | None = None  # where the program set a torch generator's state
 
     def _profile(self, frame, event, arg):
         if event == "call":
             code = frame.f_code
+            if code in _TORCH_SEEDING and self.generator_reset is None and _called_by_user(frame.f_back):
+                self.generator_reset = (
+                    f"{_user_place(frame)} sets the state of torch's random generator ({code.co_name})"
+                )
             if code not in self._seen and is_user_code(code.co_filename):
                 # Code an import runs (a module body, a class body) sets state up once: not guarded,
                 # and not marked seen, so the program calling it later still records its reads.
@@ -239,22 +313,18 @@ class ExecutedUserCode:
             if generator is not None and not _importing(frame) and not _drawn_by_libraries(frame):
                 self.random_draw = f"{_user_place(frame)} draws from {generator}"
         if self._previous is not None:
-            self._previous(frame, event, arg)
+            return self._previous(frame, event, arg)
+        return None
 
     def __enter__(self) -> ExecutedUserCode:
         self._numpy_global = _numpy_global_state()
-        previous = sys.getprofile()
-        if previous is not None and not callable(previous) and hasattr(previous, "enable"):
-            # A C-level profiler (cProfile): sys.getprofile() gives its object, which cannot be
-            # called per event; pause it while capturing and resume it afterwards.
-            previous.disable()
-            self._paused, previous = previous, None
-        self._previous = previous
-        sys.setprofile(self._profile)
+        self._random_global = random.getstate()
+        self._hook = CallHook(self._profile)
+        self._previous = self._hook.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        sys.setprofile(self._previous)
+        self._hook.__exit__()
         before = self._numpy_global  # None when NumPy was not loaded yet: importing it draws nothing
         if (
             self.random_draw is None
@@ -262,6 +332,6 @@ class ExecutedUserCode:
             and not same_generator_state(before, _numpy_global_state())
         ):
             self.random_draw = "the function draws from NumPy's global random generator (numpy.random.*)"
-        if self._paused is not None:
-            self._paused.enable()
-            self._paused = None
+        if self.random_draw is None and not self._hook.c_events and random.getstate() != self._random_global:
+            # Watched through sys.settrace, C calls are not seen: the global generator is compared.
+            self.random_draw = "the function draws from Python's random module (random.*)"

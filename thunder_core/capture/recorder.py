@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 from contextlib import contextmanager
 
 import torch
 
 from thunder_core.capture.grad_mode import as_recorded
 from thunder_core.capture.meta import run_on_meta
+from thunder_core.capture.reads import call_hook_slot
 from thunder_core.errors import CaptureError, ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.source import user_location
@@ -154,18 +154,19 @@ class Recorder:
 
     def record(self, symbol: Symbol, args: tuple, kwargs: dict):
         # Recording is thunder_core's own code (decompositions, metadata on meta or fake tensors),
-        # so it runs without capture's ``sys.setprofile`` hook, which watches the user's code:
+        # so it runs without capture's call hook (``reads.CallHook``), which watches the user's code:
         # the hook's call on every function and C call inside it dominated capture's time. What
         # user code runs in here (an autograd Function's forward on stand-ins) runs
         # again in the compiled program, so nothing it reads is frozen into the trace.
-        profile = sys.getprofile()
-        if profile is None:
+        get, install = call_hook_slot()
+        hook = get()
+        if hook is None or not callable(hook):  # nothing, or a C-level profiler (left as it is)
             return self._record(symbol, args, kwargs)
-        sys.setprofile(None)
+        install(None)
         try:
             return self._record(symbol, args, kwargs)
         finally:
-            sys.setprofile(profile)
+            install(hook)
 
     def _record(self, symbol: Symbol, args: tuple, kwargs: dict):
         args = tree_map(lambda x: x, args)  # freeze the caller's lists
