@@ -20,6 +20,7 @@ from thunder_core.capture.objects import ArgumentObjects, is_argument_object, ob
 from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
 from thunder_core.capture.symbolic import SymbolicSizes, capturing_symbolically
+from thunder_core.capture.torch_fast_paths import encoder_fast_path_as_eager
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.trace import Provenance, Trace
@@ -326,6 +327,7 @@ def capture(
             reads,
             blocks_recorded(list(block_modules), reuse=capture_blocks_once),
             _compiled_code_as_written(),
+            encoder_fast_path_as_eager(),
         ):
             out = fn(*proxy_args, **proxy_kwargs)
         if _switches() != switches:
