@@ -104,3 +104,24 @@ def _float64_inside(a, b):
 def test_autocast_leaves_float64_as_eager_does(compiled):
     a, b = _inputs()
     _check(compiled(_float64_inside)(a, b), _float64_inside(a, b))
+
+
+@pytest.mark.parametrize("front_end", ["jit", "torch.compile"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_linear_with_bias_under_autocast_rounds_as_eager(front_end, dtype):
+    """Eager adds a linear's bias inside the matrix product and rounds once; a product rounded to
+    the low-precision dtype and then added (the bias add fused with the GELU after it) rounds
+    twice, several units in the last place away (past ``assert_close``'s tolerance for the dtype)."""
+    pytest.importorskip("thunder_executor_inductor")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+    x = torch.randn(16, 64)
+    if front_end == "jit":
+        cmodel = thunder_core.jit(model, executors=["inductor"])
+    else:
+        torch._dynamo.reset()
+        cmodel = torch.compile(model, backend="thunder_core", options={"executors": ["inductor"]})
+    with torch.autocast("cpu", dtype=dtype):
+        got, expected = cmodel(x), model(x)
+    assert got.dtype == expected.dtype == dtype
+    torch.testing.assert_close(got, expected)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ops import creation, elementwise, nn, reductions, shapes  # noqa: F401  (the ops used here)
 from thunder_core.ops._helpers import NoDecomposition, is_tensor
+from thunder_core.ops.nn import LOW_PRECISION
 from thunder_core.ops.registry import TORCH_SYMBOLS, register_torch_op
 
 T = torch.Tensor
@@ -39,6 +40,8 @@ def _add_product(product):
     def decomposition(input, a, b, *, beta=1, alpha=1, out=None):
         if out is not None or not all(is_tensor(x) for x in (input, a, b)):
             raise NoDecomposition
+        if a.dtype in LOW_PRECISION:
+            raise NoDecomposition  # eager rounds the sum once, not the product first (see nn._linear)
         result = op("add")(_beta_input(input, beta), _scaled(product(a, b), alpha))
         if result.dtype != input.dtype:
             raise NoDecomposition

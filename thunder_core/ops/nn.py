@@ -30,7 +30,14 @@ register_torch_op("mm", torch.mm, T.mm, decomposition=_matmul)
 register_torch_op("bmm", torch.bmm, T.bmm, decomposition=_matmul)
 
 
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
 def _linear(x, weight, bias=None):
+    if bias is not None and x.dtype in LOW_PRECISION:
+        # Eager adds the bias inside the matrix product and rounds once; a product rounded to
+        # float16/bfloat16 and then added rounds twice (several units in the last place apart).
+        raise NoDecomposition
     out = prims.matmul(x, _transpose(weight, 0, 1) if weight.ndim == 2 else weight)
     if bias is not None:
         out = prims.add(out, broadcast_to(bias, tuple(out.shape)))

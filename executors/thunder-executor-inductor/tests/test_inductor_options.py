@@ -57,3 +57,58 @@ def test_a_symbolic_region_given_other_strides_than_compiled_for_runs_its_operat
     torch.testing.assert_close(compiled(contiguous)[0], region(contiguous)[0])
     transposed = torch.randn(3, 7).t()  # sizes the code takes, strides it was not compiled for
     torch.testing.assert_close(compiled(transposed)[0], region(transposed)[0])
+
+
+def _rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def _normalized(x):
+    return (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True) + 1e-5).sqrt()
+
+
+def _residual_rms_norm(x, weight):
+    return torch.nn.functional.rms_norm(x + x.tanh(), (x.shape[-1],), weight, 1e-6)
+
+
+def _linear_gelu(x, weight, bias):
+    # eager adds the bias inside the product and rounds once: the linear stays whole
+    return torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias)) * 2 + 1
+
+
+LOW_PRECISION_PROGRAMS = {
+    "rope": (_rope, lambda: (torch.randn(4, 16, 64), torch.randn(16, 64), torch.randn(16, 64))),
+    "normalized": (_normalized, lambda: (torch.randn(4, 16, 64),)),
+    "residual-rms-norm": (_residual_rms_norm, lambda: (torch.randn(4, 16, 64), torch.randn(64))),
+    "linear-gelu": (
+        _linear_gelu,
+        lambda: (torch.randn(4, 16, 64), torch.randn(48, 64) * 0.1, torch.randn(48)),
+    ),
+}
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", sorted(LOW_PRECISION_PROGRAMS))
+def test_low_precision_regions_round_as_eager(name, dtype, dynamic, monkeypatch):
+    """A fused chain of float16/bfloat16 operations computed in float32 and rounded once (what
+    torch.compile's Inductor does) is several units in the last place from eager, past
+    ``assert_close``'s tolerance for the dtype; regions round each intermediate as eager does."""
+    monkeypatch.setenv("THUNDER_CORE_STRICT", "1")  # a region given back to torch is an error
+    fn, make = LOW_PRECISION_PROGRAMS[name]
+    torch.manual_seed(0)
+    args = tuple(a.to(dtype) for a in make())
+    jfn = thunder_core.jit(fn, executors=["inductor"], dynamic=dynamic)
+    torch.testing.assert_close(jfn(*args), fn(*args))
+    regions = [b for b in thunder_core.last_traces(jfn)[-1].bound_symbols if b.executor == "inductor"]
+    assert regions and all(r.impl.failure is None for r in regions)
+
+
+def test_eager_rounding_can_be_turned_off():
+    args = (torch.randn(4, 16, 64, dtype=torch.bfloat16),)
+    jfn = thunder_core.jit(
+        _normalized, executors=["inductor"], options={"inductor": {"eager_rounding": False}}
+    )
+    torch.testing.assert_close(jfn(*args), _normalized(*args), atol=0.02, rtol=0.05)
+    assert jfn._job.executors[0].inductor_options == {"emulate_precision_casts": False}

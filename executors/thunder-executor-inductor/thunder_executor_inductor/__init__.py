@@ -65,6 +65,13 @@ def thunder_core_declare_options(declare) -> None:
     )
     declare("cpp_wrapper", bool, False, "Inductor's cpp_wrapper: the generated module's call path in C++")
     declare("max_autotune", bool, False, "Inductor's max_autotune: benchmark GEMM templates while compiling")
+    declare(
+        "eager_rounding",
+        bool,
+        True,
+        "float16/bfloat16 regions round every intermediate as eager's separate kernels do (Inductor's "
+        "emulate_precision_casts); False: a fused chain computed in float32 and rounded once, as torch.compile does",
+    )
 
 
 @hookimpl

@@ -130,6 +130,15 @@ def _finish(modules: list) -> None:
         modules.clear()
 
 
+def _settings(options: dict) -> dict:
+    """Inductor's settings for a region: the job's, with float16/bfloat16 intermediates rounded
+    as eager's separate kernels round them (``emulate_precision_casts``: a fused chain computed
+    in float32 and rounded once differs from eager by several units in the last place) unless
+    the job chose otherwise (``eager_rounding=False``); settings this torch lacks are left out."""
+    settings = {"emulate_precision_casts": True, **options}
+    return {name: value for name, value in settings.items() if hasattr(torch._inductor.config, name)}
+
+
 def compile_region(region, name: str, options: dict):
     """One region as an Inductor-compiled callable taking the region's inputs.
 
@@ -138,6 +147,7 @@ def compile_region(region, name: str, options: dict):
     contiguous, say); such calls get a variant compiled for the strides they bring. A region
     that an earlier process compiled loads its generated code directly (``_reuse``).
     """
+    options = _settings(options)
     try:
         fn = _with_trace_layouts(region.as_trace(name).python_callable(), region.outputs)
     except SymbolicSizeError as error:
@@ -447,7 +457,8 @@ def _compile_symbolic(fn, examples: list, options: dict):
     # Inputs that are all ints (a mask made from `arange(s0)`): make_fx finds no fake tensor to
     # trace in, so the mode over their ShapeEnv is made active for it to find.
     tracing_in = fake_mode if only_ints else nullcontext()
-    with enable_python_dispatcher(), tracing_in:  # symbolic sizes through torch's Python kernels
+    # Under the job's settings: Inductor's decompositions read some (emulate_precision_casts).
+    with enable_python_dispatcher(), tracing_in, torch._inductor.config.patch(options):
         graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
     building: list = []

@@ -122,6 +122,8 @@ class InductorExecutor(FusionExecutor):
             inductor_options["cpp_wrapper"] = True
         if options.get("max_autotune"):
             inductor_options["max_autotune"] = True
+        if not options.get("eager_rounding", True):
+            inductor_options["emulate_precision_casts"] = False
         regions = options.get("regions", "fusion")
         if regions == self.regions and inductor_options == self.inductor_options:
             return self
