@@ -116,3 +116,32 @@ def test_the_original_module_runs_eagerly_in_other_threads_while_one_compiles():
             assert all(type(p) is torch.nn.Parameter for p in model.parameters())
 
     assert run_in_threads(work) == []
+
+
+def test_a_dynamo_compile_overlapping_a_capture_on_another_thread_leaves_is_compiling_false():
+    """Capture sets ``torch.compiler.is_compiling()`` for the process, as Dynamo's compile
+    session does, and Dynamo saves the flag when a session begins and puts it back when it
+    ends: a session that began during a capture on another thread and ended after it once left
+    the flag True for good, and eager code took its compiled paths from then on (an eager
+    ``nn.TransformerEncoder`` its padded path)."""
+    import torch._dynamo  # noqa: F401 - Dynamo's session context, as convert_frame enters it
+
+    session_began, capture_ended = threading.Event(), threading.Event()
+
+    def dynamo_compile_session():
+        with torch.compiler._compile_session_context():
+            session_began.set()
+            assert capture_ended.wait(timeout=60)
+
+    def fn(x):
+        thread = threading.Thread(target=dynamo_compile_session)
+        thread.start()
+        assert session_began.wait(timeout=60)  # the session begins while this capture runs
+        fn.thread = thread
+        return x * 2
+
+    assert not torch.compiler.is_compiling()
+    torch.testing.assert_close(thunder_core.jit(fn)(torch.ones(3)), torch.full((3,), 2.0))
+    capture_ended.set()
+    fn.thread.join(timeout=60)
+    assert not torch.compiler.is_compiling()

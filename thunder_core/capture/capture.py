@@ -165,17 +165,11 @@ _compiling_saved = False
 
 
 @contextmanager
-def _compiling():
-    """``torch.compiler.is_compiling()`` is True while capturing, as under torch.compile.
-
-    Libraries (transformers among them) test it to skip data-dependent checks and take
-    their trace-friendly code paths. The flag is process-wide: it is set while any thread
-    captures and restored when the last capture ends.
-    """
+def _compile_session():
+    """``torch.compiler._is_compiling_flag`` True until the last session of the process ends,
+    then what it was before the first began: counted, so that sessions on several threads that
+    overlap leave it as they found it."""
     global _compiling_count, _compiling_saved
-    if getattr(torch.compiler, "_is_compiling_flag", None) is None:
-        yield
-        return
     with _compiling_lock:
         if _compiling_count == 0:
             _compiling_saved = torch.compiler._is_compiling_flag
@@ -188,6 +182,35 @@ def _compiling():
             _compiling_count -= 1
             if _compiling_count == 0:
                 torch.compiler._is_compiling_flag = _compiling_saved
+
+
+def _count_dynamo_sessions() -> None:
+    """Dynamo's compile sessions counted with captures. Dynamo saves the flag when a session
+    begins and puts it back when it ends: a capture on another thread that began in between and
+    ended first would leave the flag True for good (eager code would then take its compiled
+    paths)."""
+    if getattr(torch.compiler, "_is_compiling_flag", None) is None:
+        return  # a torch without the flag (and its sessions)
+    if getattr(torch.compiler, "_compile_session_context", None) not in (None, _compile_session):
+        torch.compiler._compile_session_context = _compile_session
+
+
+_count_dynamo_sessions()  # at import: a session that began before a first capture is counted too
+
+
+@contextmanager
+def _compiling():
+    """``torch.compiler.is_compiling()`` is True while capturing, as under torch.compile.
+
+    Libraries (transformers among them) test it to skip data-dependent checks and take
+    their trace-friendly code paths. The flag is process-wide: it is set while any thread
+    captures (or Dynamo compiles) and restored when the last of them ends.
+    """
+    if getattr(torch.compiler, "_is_compiling_flag", None) is None:
+        yield
+        return
+    with _compile_session():
+        yield
 
 
 def _is_plain(out) -> bool:
