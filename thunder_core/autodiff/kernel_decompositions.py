@@ -17,14 +17,24 @@ from thunder_core.ops.indexing import expand_basic_index, slice_bounds
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
 
 
+def _opmath(*tensors):
+    """float16/bfloat16 tensors as float32: eager's fused kernels compute in float32 and round
+    their result once (a chain of low-precision operations rounded after each, as a fusion
+    executor that emulates eager's separate kernels computes it, is several units in the last
+    place away)."""
+    return [convert(t, torch.float32) if t.dtype in (torch.float16, torch.bfloat16) else t for t in tensors]
+
+
 def _softmax_backward(g, out, dim, input_dtype):
     d = canonical_dim(dim, out.ndim)
+    g, out = _opmath(g, out)
     dot = S["sum"](S["mul"](g, out), d, True)
     return convert(S["mul"](S["sub"](g, dot), out), input_dtype)
 
 
 def _log_softmax_backward(g, out, dim, input_dtype):
     d = canonical_dim(dim, out.ndim)
+    g, out = _opmath(g, out)
     total = S["sum"](g, d, True)
     return convert(S["sub"](g, S["mul"](S["exp"](out), total)), input_dtype)
 
@@ -38,22 +48,30 @@ def _log_softmax(x, dim, half_to_float):
 def _gelu_backward(g, x, *, approximate="none"):
     if approximate != "none":
         raise NoDecomposition
+    dtype = g.dtype
+    g, x = _opmath(g, x)
     cdf = S["mul"](S["add"](S["erf"](S["mul"](x, 1 / math.sqrt(2))), 1.0), 0.5)
     pdf = S["mul"](S["exp"](S["mul"](S["mul"](x, x), -0.5)), 1 / math.sqrt(2 * math.pi))
-    return S["mul"](g, S["add"](cdf, S["mul"](x, pdf)))
+    return convert(S["mul"](g, S["add"](cdf, S["mul"](x, pdf))), dtype)
 
 
 def _silu_backward(g, x):
+    dtype = g.dtype
+    g, x = _opmath(g, x)
     s = S["sigmoid"](x)
-    return S["mul"](S["mul"](g, s), S["add"](S["mul"](x, S["rsub"](s, 1.0)), 1.0))
+    return convert(S["mul"](S["mul"](g, s), S["add"](S["mul"](x, S["rsub"](s, 1.0)), 1.0)), dtype)
 
 
 def _tanh_backward(g, y):
-    return S["mul"](g, S["rsub"](S["mul"](y, y), 1.0))
+    dtype = g.dtype
+    g, y = _opmath(g, y)
+    return convert(S["mul"](g, S["rsub"](S["mul"](y, y), 1.0)), dtype)
 
 
 def _sigmoid_backward(g, y):
-    return S["mul"](S["mul"](g, y), S["rsub"](y, 1.0))
+    dtype = g.dtype
+    g, y = _opmath(g, y)
+    return convert(S["mul"](S["mul"](g, S["rsub"](y, 1.0)), y), dtype)  # eager's order: g * (1 - y) * y
 
 
 def _threshold_backward(g, x, threshold):

@@ -163,6 +163,20 @@ def _(out, g, a, b):
     ]
 
 
+def _addcmul_tensors(input, a, b, *, value=1, out=None):
+    return out is None and all(is_tensor(x) for x in (input, a, b))
+
+
+@_simple("addcmul", covers=_addcmul_tensors)
+def _(out, g, input, a, b, *, value=1, **_):
+    # eager's formula, operation by operation (its float16/bfloat16 gradients round as these do)
+    return [
+        (input, like(g, input)),
+        (a, like(ops.mul(g, ops.mul(b, value)), a)),
+        (b, like(ops.mul(g, ops.mul(a, value)), b)),
+    ]
+
+
 @register_vjp(S["div"])
 def _div(a, b, *, rounding_mode=None):
     if rounding_mode is not None:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ops import creation, elementwise, nn, reductions, shapes  # noqa: F401  (the ops used here)
-from thunder_core.ops._helpers import NoDecomposition, is_tensor
+from thunder_core.ops._helpers import NoDecomposition, convert, is_tensor
 from thunder_core.ops.nn import LOW_PRECISION
 from thunder_core.ops.registry import TORCH_SYMBOLS, register_torch_op
 
@@ -66,7 +66,12 @@ def _addc(combine):
     def decomposition(input, a, b, *, value=1, out=None):
         if out is not None:
             raise NoDecomposition
-        return op("add")(input, _scaled(combine(a, b), value))
+        if not all(is_tensor(x) for x in (input, a, b)) or input.dtype not in LOW_PRECISION:
+            return op("add")(input, _scaled(combine(a, b), value))
+        # Eager's kernel computes float16/bfloat16 in float32 and rounds once.
+        dtype = input.dtype
+        input, a, b = (convert(x, torch.float32) for x in (input, a, b))
+        return convert(op("add")(input, _scaled(combine(a, b), value)), dtype)
 
     return decomposition
 

@@ -112,3 +112,37 @@ def test_eager_rounding_can_be_turned_off():
     )
     torch.testing.assert_close(jfn(*args), _normalized(*args), atol=0.02, rtol=0.05)
     assert jfn._job.executors[0].inductor_options == {"emulate_precision_casts": False}
+
+
+BACKWARD_PROGRAMS = {
+    "gelu": torch.nn.functional.gelu,
+    "silu": torch.nn.functional.silu,
+    "tanh": torch.tanh,
+    "softmax": lambda x: x.softmax(-1),
+    "log_softmax": lambda x: x.log_softmax(-1),
+    "addcmul": lambda x: torch.addcmul(x, x, x.flip(0), value=0.3),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", sorted(BACKWARD_PROGRAMS))
+def test_low_precision_gradients_round_as_eager(name, dtype, monkeypatch):
+    """Eager's backward kernels (gelu's, softmax's, ...) compute float16/bfloat16 in float32 and
+    round once; their decompositions do too, so a region that rounds each intermediate as
+    eager's separate kernels do still gives eager's gradients."""
+    monkeypatch.setenv("THUNDER_CORE_STRICT", "1")
+    fn = BACKWARD_PROGRAMS[name]
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 64, dtype=dtype)
+    grad = torch.randn(4, 16, 64, dtype=dtype)
+    jfn = thunder_core.jit(fn, executors=["inductor"])
+    expected_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected, got = fn(expected_x), jfn(got_x)
+    torch.testing.assert_close(got, expected)
+    expected.backward(grad)
+    got.backward(grad)
+    torch.testing.assert_close(got_x.grad, expected_x.grad)
+    regions = [
+        b for b in thunder_core.last_backward_traces(jfn)[-1].bound_symbols if b.executor == "inductor"
+    ]
+    assert regions and all(r.impl.failure is None for r in regions)
