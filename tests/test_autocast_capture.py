@@ -125,3 +125,28 @@ def test_a_linear_with_bias_under_autocast_rounds_as_eager(front_end, dtype):
         got, expected = cmodel(x), model(x)
     assert got.dtype == expected.dtype == dtype
     torch.testing.assert_close(got, expected)
+
+
+def test_bfloat16_training_through_addmm_is_differentiated_by_thunder_core():
+    """A bfloat16 ``addmm`` (Hugging Face GPT-2's Conv1D) stays whole, as eager rounds it; its
+    gradient rule keeps the program differentiated by thunder_core, not handed whole to
+    PyTorch's autograd."""
+    torch.manual_seed(0)
+    weight = torch.randn(16, 8, dtype=torch.bfloat16, requires_grad=True)
+    bias = torch.randn(8, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(6, 16, dtype=torch.bfloat16)
+
+    def conv1d(x, weight, bias):
+        return torch.addmm(bias, x, weight).tanh()
+
+    jfn = thunder_core.jit(conv1d)
+    got = jfn(x, weight, bias)
+    got.sum().backward()
+    grads = weight.grad, bias.grad
+    weight.grad = bias.grad = None
+    expected = conv1d(x, weight, bias)
+    expected.sum().backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(grads, (weight.grad, bias.grad))
+    backward = thunder_core.last_backward_traces(jfn)  # none when PyTorch's autograd records the program
+    assert backward and "matmul" in str(backward[-1])

@@ -85,3 +85,15 @@ def test_the_encoder_outside_a_capture_runs_its_own_forward():
     with torch.no_grad():
         jmodel(torch.randn(3, 5, 16), src_key_padding_mask=LEFT_ALIGNED)
     assert nn.TransformerEncoder.forward is forward
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_transformer_encoder_with_the_causal_hint_on_the_nested_path_runs_as_eager():
+    """Eager's layers on the nested tensor ignore ``is_causal`` (and take no mask)."""
+    model = _encoder(norm=False)
+    jmodel = thunder_core.jit(model)
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        expected = model(x, src_key_padding_mask=LEFT_ALIGNED, is_causal=True)
+        got = jmodel(x, src_key_padding_mask=LEFT_ALIGNED, is_causal=True)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

@@ -48,7 +48,7 @@ def _log_softmax(x, dim, half_to_float):
 def _gelu_backward(g, x, *, approximate="none"):
     if approximate != "none":
         raise NoDecomposition
-    dtype = g.dtype
+    dtype = torch.promote_types(g.dtype, x.dtype)
     g, x = _opmath(g, x)
     cdf = S["mul"](S["add"](S["erf"](S["mul"](x, 1 / math.sqrt(2))), 1.0), 0.5)
     pdf = S["mul"](S["exp"](S["mul"](S["mul"](x, x), -0.5)), 1 / math.sqrt(2 * math.pi))
@@ -56,20 +56,20 @@ def _gelu_backward(g, x, *, approximate="none"):
 
 
 def _silu_backward(g, x):
-    dtype = g.dtype
+    dtype = torch.promote_types(g.dtype, x.dtype)
     g, x = _opmath(g, x)
     s = S["sigmoid"](x)
     return convert(S["mul"](S["mul"](g, s), S["add"](S["mul"](x, S["rsub"](s, 1.0)), 1.0)), dtype)
 
 
 def _tanh_backward(g, y):
-    dtype = g.dtype
+    dtype = torch.promote_types(g.dtype, y.dtype)
     g, y = _opmath(g, y)
     return convert(S["mul"](g, S["rsub"](S["mul"](y, y), 1.0)), dtype)
 
 
 def _sigmoid_backward(g, y):
-    dtype = g.dtype
+    dtype = torch.promote_types(g.dtype, y.dtype)
     g, y = _opmath(g, y)
     return convert(S["mul"](S["mul"](g, S["rsub"](y, 1.0)), y), dtype)  # eager's order: g * (1 - y) * y
 

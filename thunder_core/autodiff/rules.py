@@ -163,8 +163,30 @@ def _(out, g, a, b):
     ]
 
 
-def _addcmul_tensors(input, a, b, *, value=1, out=None):
-    return out is None and all(is_tensor(x) for x in (input, a, b))
+def _addcmul_tensors(*args, value=1, out=None, **kwargs):
+    # positional tensors only (tensor1=/tensor2= keywords go through the decomposition)
+    return out is None and not kwargs and len(args) == 3 and all(is_tensor(x) for x in args)
+
+
+def _add_product_tensors(*args, beta=1, alpha=1, out=None, **kwargs):
+    return out is None and not kwargs and len(args) == 3 and all(is_tensor(x) for x in args)
+
+
+def _add_product_grads(g, input, a, b, beta, alpha):
+    """Gradients of ``beta * input + alpha * (a @ b)`` (addmm, baddbmm): a float16/bfloat16 one
+    keeps the product whole, and is differentiated here rather than by PyTorch's autograd."""
+    scaled = g if alpha == 1 else ops.mul(g, alpha)
+    return [
+        (input, like(g if beta == 1 else ops.mul(g, beta), input)),
+        (a, like(product(scaled, ops.transpose(b, -2, -1)), a)),
+        (b, like(product(ops.transpose(a, -2, -1), scaled), b)),
+    ]
+
+
+for _name in ("addmm", "baddbmm"):
+    _simple(_name, covers=_add_product_tensors)(
+        lambda out, g, input, a, b, *, beta=1, alpha=1, **_: _add_product_grads(g, input, a, b, beta, alpha)
+    )
 
 
 @_simple("addcmul", covers=_addcmul_tensors)

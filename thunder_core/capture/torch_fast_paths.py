@@ -60,7 +60,6 @@ def _encoder_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=
     if not getattr(_capturing, "active", False):
         return _original_forward(self, src, mask, src_key_padding_mask, is_causal)
     from torch.nn import functional as F
-    from torch.nn.modules.transformer import _detect_is_causal_mask
 
     padding = F._canonical_mask(
         mask=src_key_padding_mask,
@@ -74,10 +73,10 @@ def _encoder_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=
     )
     if not _takes_nested_path(self, src, canonical, padding):
         return _original_forward(self, src, mask, src_key_padding_mask, is_causal)
-    causal = _detect_is_causal_mask(None, is_causal, src.size(1))
     output = src
     for layer in self.layers:  # the padded path: each layer's attention leaves the padded keys out
-        output = layer(output, src_mask=None, is_causal=causal, src_key_padding_mask=padding)
+        # (eager's layers on a nested tensor take no mask, and their fast kernel ignores is_causal)
+        output = layer(output, src_mask=None, is_causal=False, src_key_padding_mask=padding)
     kept = padding.logical_not()  # what eager packs into the nested tensor
     padded = kept.logical_not()
     if getattr(self, "mask_check", True):

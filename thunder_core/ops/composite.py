@@ -66,11 +66,12 @@ def _addc(combine):
     def decomposition(input, a, b, *, value=1, out=None):
         if out is not None:
             raise NoDecomposition
-        if not all(is_tensor(x) for x in (input, a, b)) or input.dtype not in LOW_PRECISION:
+        if not all(is_tensor(x) for x in (input, a, b)):
             return op("add")(input, _scaled(combine(a, b), value))
-        # Eager's kernel computes float16/bfloat16 in float32 and rounds once.
-        dtype = input.dtype
-        input, a, b = (convert(x, torch.float32) for x in (input, a, b))
+        dtype = torch.promote_types(torch.promote_types(input.dtype, a.dtype), b.dtype)
+        # Eager's kernel computes in the common dtype (float16/bfloat16 in float32) and rounds once.
+        compute = torch.float32 if dtype in LOW_PRECISION else dtype
+        input, a, b = (convert(x, compute) for x in (input, a, b))
         return convert(op("add")(input, _scaled(combine(a, b), value)), dtype)
 
     return decomposition
@@ -208,6 +209,22 @@ def _softmin(input, dim=None, _stacklevel=3, dtype=None):
     return op("softmax")(op("neg")(input), dim, dtype=dtype)
 
 
+def _as_one_kernel(decomposition):
+    """Eager runs the activation as one kernel, which computes float16/bfloat16 in float32 and
+    rounds once: so does its decomposition (rounded after each operation, as a fusion executor
+    that emulates eager's separate kernels computes it, it is several units in the last place away)."""
+
+    def in_float32(input, *args, **kwargs):
+        if not is_tensor(input) or input.dtype not in LOW_PRECISION:
+            return decomposition(input, *args, **kwargs)
+        return convert(decomposition(convert(input, torch.float32), *args, **kwargs), input.dtype)
+
+    return in_float32
+
+
+_ONE_KERNEL = frozenset({"leaky_relu", "hardsigmoid", "hardswish", "elu", "celu", "selu", "softplus", "mish",
+                         "logsigmoid", "glu", "threshold"})  # fmt: skip
+
 for _name, _fn, _decomposition in (
     ("leaky_relu", F.leaky_relu, _leaky_relu),
     ("hardtanh", F.hardtanh, _hardtanh),
@@ -226,7 +243,9 @@ for _name, _fn, _decomposition in (
     ("glu", F.glu, _glu),
     ("softmin", F.softmin, _softmin),
 ):
-    register_torch_op(_name, _fn, decomposition=_decomposition)
+    register_torch_op(
+        _name, _fn, decomposition=_as_one_kernel(_decomposition) if _name in _ONE_KERNEL else _decomposition
+    )
 
 
 # Losses.

@@ -130,13 +130,18 @@ def _finish(modules: list) -> None:
         modules.clear()
 
 
-def _settings(options: dict) -> dict:
-    """Inductor's settings for a region: the job's, with float16/bfloat16 intermediates rounded
-    as eager's separate kernels round them (``emulate_precision_casts``: a fused chain computed
-    in float32 and rounded once differs from eager by several units in the last place) unless
-    the job chose otherwise (``eager_rounding=False``); settings this torch lacks are left out."""
-    settings = {"emulate_precision_casts": True, **options}
-    return {name: value for name, value in settings.items() if hasattr(torch._inductor.config, name)}
+def _settings(options: dict, trace) -> dict:
+    """Inductor's settings for a region: the job's, and for a region that computes in float16 or
+    bfloat16 its intermediates rounded as eager's separate kernels round them
+    (``emulate_precision_casts``: a fused chain computed in float32 and rounded once differs from
+    eager by several units in the last place) unless the job chose otherwise
+    (``eager_rounding=False``). Other regions are left alone (on CUDA the setting also turns off
+    fused multiply-adds in float32 kernels). Settings this torch lacks are left out."""
+    low = (torch.float16, torch.bfloat16)
+    tensors = [*trace.inputs, *(p for b in trace.bound_symbols for p in b.flat_outputs())]
+    if any(isinstance(p, TensorProxy) and p.dtype in low for p in tensors):
+        options = {"emulate_precision_casts": True, **options}
+    return {name: value for name, value in options.items() if hasattr(torch._inductor.config, name)}
 
 
 def compile_region(region, name: str, options: dict):
@@ -147,9 +152,10 @@ def compile_region(region, name: str, options: dict):
     contiguous, say); such calls get a variant compiled for the strides they bring. A region
     that an earlier process compiled loads its generated code directly (``_reuse``).
     """
-    options = _settings(options)
     try:
-        fn = _with_trace_layouts(region.as_trace(name).python_callable(), region.outputs)
+        trace = region.as_trace(name)
+        options = _settings(options, trace)
+        fn = _with_trace_layouts(trace.python_callable(), region.outputs)
     except SymbolicSizeError as error:
         raise RegionNotSupported(f"inductor: {error}") from error
     examples = symbolic_examples(region.inputs)

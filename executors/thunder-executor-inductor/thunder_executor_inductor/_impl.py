@@ -136,7 +136,10 @@ class InductorExecutor(FusionExecutor):
         """Maximal regions are measured against fusion regions plus the rest of the job."""
         if self.regions != "maximal":
             return None
-        return "inductor(fusion)", self.with_options({"regions": "fusion", **self.inductor_options})
+        options = {"regions": "fusion", **self.inductor_options}
+        if self.inductor_options.get("emulate_precision_casts") is False:
+            options["eager_rounding"] = False  # the option's name, as with_options reads it
+        return "inductor(fusion)", self.with_options(options)
 
     def check(self, bsym):
         if overwrites_in_place(bsym) and self.regions == "maximal":
