@@ -97,3 +97,25 @@ def test_transformer_encoder_with_the_causal_hint_on_the_nested_path_runs_as_eag
         expected = model(x, src_key_padding_mask=LEFT_ALIGNED, is_causal=True)
         got = jmodel(x, src_key_padding_mask=LEFT_ALIGNED, is_causal=True)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_turning_pytorchs_attention_fast_path_off_between_calls_compiles_again():
+    """``torch.backends.mha.set_fastpath_enabled(False)`` sends eager to the padded path: the
+    program compiled with the fast path on is not reused."""
+    model = _encoder(norm=False)
+    jmodel = thunder_core.jit(model)
+    x = torch.randn(3, 5, 16)
+    try:
+        for enabled in (True, False, True):
+            torch.backends.mha.set_fastpath_enabled(enabled)
+            with torch.no_grad():
+                torch.testing.assert_close(
+                    jmodel(x, src_key_padding_mask=LEFT_ALIGNED),
+                    model(x, src_key_padding_mask=LEFT_ALIGNED),
+                    atol=1e-5,
+                    rtol=1e-5,
+                )
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+    assert thunder_core.cache_info(jmodel).entries == 2

@@ -350,7 +350,7 @@ def capture(
             reads,
             blocks_recorded(list(block_modules), reuse=capture_blocks_once),
             _compiled_code_as_written(),
-            encoder_fast_path_as_eager(),
+            encoder_fast_path_as_eager(guard_builder),
         ):
             out = fn(*proxy_args, **proxy_kwargs)
         if _switches() != switches:

@@ -43,8 +43,10 @@ def _takes_nested_path(encoder: nn.TransformerEncoder, src, mask, padding_mask) 
         first.linear2.weight,
         first.linear2.bias,
     )
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    _capturing.reads[torch.backends.mha.get_fastpath_enabled] = fastpath  # for capture to guard
     return (
-        torch.backends.mha.get_fastpath_enabled()
+        fastpath
         and getattr(encoder, "use_nested_tensor", False)
         and not first.training
         and src.dim() == 3
@@ -91,21 +93,27 @@ def _encoder_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=
 
 
 @contextmanager
-def encoder_fast_path_as_eager():
+def encoder_fast_path_as_eager(guard_builder=None):
     """While capturing on this thread, ``nn.TransformerEncoder`` gives eager's values at padded
-    positions (see the module docstring). Other threads run the original forward meanwhile."""
+    positions (see the module docstring). Other threads run the original forward meanwhile.
+    Global switches read in deciding (``torch.backends.mha.get_fastpath_enabled()``) become
+    checks of ``guard_builder``."""
     global _installed, _original_forward
     with _lock:
         if _installed == 0:
             _original_forward = nn.TransformerEncoder.forward
             nn.TransformerEncoder.forward = _encoder_forward
         _installed += 1
-    outer = getattr(_capturing, "active", False)
-    _capturing.active = True
+    outer, outer_reads = getattr(_capturing, "active", False), getattr(_capturing, "reads", {})
+    _capturing.active, _capturing.reads = True, {}
     try:
         yield
+        if guard_builder is not None:
+            for read, value in _capturing.reads.items():
+                name = guard_builder.bind(read, "switch")
+                guard_builder.equal(f"{name}()", value, f"{read.__module__}.{read.__qualname__}()")
     finally:
-        _capturing.active = outer
+        _capturing.active, _capturing.reads = outer, outer_reads
         with _lock:
             _installed -= 1
             if _installed == 0:
