@@ -47,18 +47,17 @@ def test_transformer_encoder_with_a_padding_mask_gives_eagers_zeros_at_padded_po
         assert (got[1, 3:] == 0).all()  # what the comparison above relies on
 
 
+def _inference_as_eager(model, jmodel, **kwargs):
+    x = torch.randn(3, 5, 16)
+    with torch.no_grad():
+        expected, got = model(x, **kwargs), jmodel(x, **kwargs)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_transformer_encoder_without_the_mask_check_packs_as_eager():
     model = _encoder(norm=False, mask_check=False)
-    jmodel = thunder_core.jit(model)
-    x = torch.randn(3, 5, 16)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            jmodel(x, src_key_padding_mask=LEFT_ALIGNED),
-            model(x, src_key_padding_mask=LEFT_ALIGNED),
-            atol=1e-5,
-            rtol=1e-5,
-        )
+    _inference_as_eager(model, thunder_core.jit(model), src_key_padding_mask=LEFT_ALIGNED)
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -91,12 +90,7 @@ def test_the_encoder_outside_a_capture_runs_its_own_forward():
 def test_transformer_encoder_with_the_causal_hint_on_the_nested_path_runs_as_eager():
     """Eager's layers on the nested tensor ignore ``is_causal`` (and take no mask)."""
     model = _encoder(norm=False)
-    jmodel = thunder_core.jit(model)
-    x = torch.randn(3, 5, 16)
-    with torch.no_grad():
-        expected = model(x, src_key_padding_mask=LEFT_ALIGNED, is_causal=True)
-        got = jmodel(x, src_key_padding_mask=LEFT_ALIGNED, is_causal=True)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    _inference_as_eager(model, thunder_core.jit(model), src_key_padding_mask=LEFT_ALIGNED, is_causal=True)
 
 
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
@@ -105,17 +99,10 @@ def test_turning_pytorchs_attention_fast_path_off_between_calls_compiles_again()
     program compiled with the fast path on is not reused."""
     model = _encoder(norm=False)
     jmodel = thunder_core.jit(model)
-    x = torch.randn(3, 5, 16)
     try:
         for enabled in (True, False, True):
             torch.backends.mha.set_fastpath_enabled(enabled)
-            with torch.no_grad():
-                torch.testing.assert_close(
-                    jmodel(x, src_key_padding_mask=LEFT_ALIGNED),
-                    model(x, src_key_padding_mask=LEFT_ALIGNED),
-                    atol=1e-5,
-                    rtol=1e-5,
-                )
+            _inference_as_eager(model, jmodel, src_key_padding_mask=LEFT_ALIGNED)
     finally:
         torch.backends.mha.set_fastpath_enabled(True)
     assert thunder_core.cache_info(jmodel).entries == 2

@@ -12,17 +12,16 @@ import torch
 
 from thunder_core.autodiff import kernels as K
 from thunder_core.autodiff.rules import basic_index_backward
-from thunder_core.ops._helpers import NoDecomposition, canonical_dim, convert
+from thunder_core.ops._helpers import NoDecomposition, canonical_dim, convert, in_float32
 from thunder_core.ops.indexing import expand_basic_index, slice_bounds
 from thunder_core.ops.registry import TORCH_SYMBOLS as S
 
 
 def _opmath(*tensors):
-    """float16/bfloat16 tensors as float32: eager's fused kernels compute in float32 and round
-    their result once (a chain of low-precision operations rounded after each, as a fusion
-    executor that emulates eager's separate kernels computes it, is several units in the last
-    place away)."""
-    return [convert(t, torch.float32) if t.dtype in (torch.float16, torch.bfloat16) else t for t in tensors]
+    """The tensors as eager's fused kernels compute them: float16/bfloat16 in float32, the result
+    rounded once (a chain of low-precision operations rounded after each, as a fusion executor
+    that emulates eager's separate kernels computes it, is several units in the last place away)."""
+    return [in_float32(t) for t in tensors]
 
 
 def _softmax_backward(g, out, dim, input_dtype):

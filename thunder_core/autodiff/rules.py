@@ -163,13 +163,11 @@ def _(out, g, a, b):
     ]
 
 
-def _addcmul_tensors(*args, value=1, out=None, **kwargs):
-    # positional tensors only (tensor1=/tensor2= keywords go through the decomposition)
-    return out is None and not kwargs and len(args) == 3 and all(is_tensor(x) for x in args)
-
-
-def _add_product_tensors(*args, beta=1, alpha=1, out=None, **kwargs):
-    return out is None and not kwargs and len(args) == 3 and all(is_tensor(x) for x in args)
+def _three_positional_tensors(*args, out=None, **kwargs):
+    """addmm/baddbmm/addcmul called with their three tensors by position (``tensor1=`` and other
+    keyword forms go through the decomposition) and scalars by keyword only."""
+    scalars = {"value", "beta", "alpha"}
+    return out is None and kwargs.keys() <= scalars and len(args) == 3 and all(is_tensor(x) for x in args)
 
 
 def _add_product_grads(g, input, a, b, beta, alpha):
@@ -184,12 +182,12 @@ def _add_product_grads(g, input, a, b, beta, alpha):
 
 
 for _name in ("addmm", "baddbmm"):
-    _simple(_name, covers=_add_product_tensors)(
+    _simple(_name, covers=_three_positional_tensors)(
         lambda out, g, input, a, b, *, beta=1, alpha=1, **_: _add_product_grads(g, input, a, b, beta, alpha)
     )
 
 
-@_simple("addcmul", covers=_addcmul_tensors)
+@_simple("addcmul", covers=_three_positional_tensors)
 def _(out, g, input, a, b, *, value=1, **_):
     # eager's formula, operation by operation (its float16/bfloat16 gradients round as these do)
     return [

@@ -318,9 +318,10 @@ class ExecutedUserCode:
 
     def __enter__(self) -> ExecutedUserCode:
         self._numpy_global = _numpy_global_state()
-        self._random_global = random.getstate()
         self._hook = CallHook(self._profile)
         self._previous = self._hook.__enter__()
+        # Watched through sys.settrace, C calls are not seen: the global generator is compared.
+        self._random_global = None if self._hook.c_events else random.getstate()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -332,6 +333,5 @@ class ExecutedUserCode:
             and not same_generator_state(before, _numpy_global_state())
         ):
             self.random_draw = "the function draws from NumPy's global random generator (numpy.random.*)"
-        if self.random_draw is None and not self._hook.c_events and random.getstate() != self._random_global:
-            # Watched through sys.settrace, C calls are not seen: the global generator is compared.
+        if self.random_draw is None and self._random_global not in (None, random.getstate()):
             self.random_draw = "the function draws from Python's random module (random.*)"

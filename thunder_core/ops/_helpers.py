@@ -18,7 +18,9 @@ __all__ = [
     "broadcast_to",
     "canonical_dim",
     "canonical_dims",
+    "LOW_PRECISION",
     "convert",
+    "in_float32",
     "is_tensor",
     "new_proxy",
     "promote",
@@ -60,6 +62,15 @@ def convert(x, dtype: torch.dtype):
     if is_tensor(x) and x.dtype != dtype:
         return prims.convert_element_type(x, dtype)
     return x
+
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def in_float32(x):
+    """A float16/bfloat16 tensor as float32 (what eager's kernels compute such tensors in);
+    anything else as it is."""
+    return convert(x, torch.float32) if is_tensor(x) and x.dtype in LOW_PRECISION else x
 
 
 _broadcasts: dict[tuple, tuple[int, ...]] = {}

@@ -15,8 +15,7 @@ import torch.nn.functional as F
 
 from thunder_core.ir.symbolic import same_sizes
 from thunder_core.ops import creation, elementwise, nn, reductions, shapes  # noqa: F401  (the ops used here)
-from thunder_core.ops._helpers import NoDecomposition, convert, is_tensor
-from thunder_core.ops.nn import LOW_PRECISION
+from thunder_core.ops._helpers import LOW_PRECISION, NoDecomposition, convert, in_float32, is_tensor
 from thunder_core.ops.registry import TORCH_SYMBOLS, register_torch_op
 
 T = torch.Tensor
@@ -214,12 +213,12 @@ def _as_one_kernel(decomposition):
     rounds once: so does its decomposition (rounded after each operation, as a fusion executor
     that emulates eager's separate kernels computes it, it is several units in the last place away)."""
 
-    def in_float32(input, *args, **kwargs):
+    def rounded_once(input, *args, **kwargs):
         if not is_tensor(input) or input.dtype not in LOW_PRECISION:
             return decomposition(input, *args, **kwargs)
-        return convert(decomposition(convert(input, torch.float32), *args, **kwargs), input.dtype)
+        return convert(decomposition(in_float32(input), *args, **kwargs), input.dtype)
 
-    return in_float32
+    return rounded_once
 
 
 _ONE_KERNEL = frozenset({"leaky_relu", "hardsigmoid", "hardswish", "elu", "celu", "selu", "softplus", "mish",

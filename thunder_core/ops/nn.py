@@ -9,7 +9,14 @@ import torch.nn.functional as F
 
 from thunder_core.ir.symbols import RANDOM, WHOLE
 from thunder_core.ops import prims
-from thunder_core.ops._helpers import NoDecomposition, broadcast_to, canonical_dim, convert
+from thunder_core.ops._helpers import (
+    LOW_PRECISION,
+    NoDecomposition,
+    broadcast_to,
+    canonical_dim,
+    convert,
+    in_float32,
+)
 from thunder_core.ops.reductions import _keep
 from thunder_core.ops.registry import register_torch_op, swap_first_two
 from thunder_core.ops.shapes import _reshape, _transpose
@@ -28,9 +35,6 @@ register_torch_op(
 )
 register_torch_op("mm", torch.mm, T.mm, decomposition=_matmul)
 register_torch_op("bmm", torch.bmm, T.bmm, decomposition=_matmul)
-
-
-LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _linear(x, weight, bias=None):
@@ -60,10 +64,6 @@ def _embedding(
 register_torch_op("embedding", F.embedding, decomposition=_embedding)
 
 
-def _upcast(x):
-    return convert(x, torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else x
-
-
 def _normalize(x, dims, eps, *, center: bool):
     """(x - mean) / sqrt(var + eps) over ``dims`` (no centering for RMSNorm)."""
     shape = tuple(x.shape)
@@ -78,11 +78,11 @@ def _normalize(x, dims, eps, *, center: bool):
 
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    out = _normalize(_upcast(x), dims, eps, center=True)
+    out = _normalize(in_float32(x), dims, eps, center=True)
     if weight is not None:
-        out = prims.mul(out, broadcast_to(_upcast(weight), tuple(out.shape)))
+        out = prims.mul(out, broadcast_to(in_float32(weight), tuple(out.shape)))
     if bias is not None:
-        out = prims.add(out, broadcast_to(_upcast(bias), tuple(out.shape)))
+        out = prims.add(out, broadcast_to(in_float32(bias), tuple(out.shape)))
     return convert(out, x.dtype)
 
 
@@ -92,9 +92,9 @@ register_torch_op("layer_norm", F.layer_norm, decomposition=_layer_norm)
 def _rms_norm(x, normalized_shape, weight=None, eps=None):
     dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     eps = torch.finfo(x.dtype).eps if eps is None else eps
-    out = _normalize(_upcast(x), dims, eps, center=False)
+    out = _normalize(in_float32(x), dims, eps, center=False)
     if weight is not None:
-        out = prims.mul(out, broadcast_to(_upcast(weight), tuple(out.shape)))
+        out = prims.mul(out, broadcast_to(in_float32(weight), tuple(out.shape)))
     return convert(out, x.dtype)
 
 
@@ -103,7 +103,7 @@ if hasattr(F, "rms_norm"):
 
 
 def _softmax_parts(a, dim, dtype):
-    x = _upcast(convert(a, dtype) if dtype is not None else a)
+    x = in_float32(convert(a, dtype) if dtype is not None else a)
     dims = (canonical_dim(dim, a.ndim),) if a.ndim else ()
     shape = tuple(a.shape)
     shifted = prims.sub(x, broadcast_to(_keep(prims.amax(x, dims), a, dims, True), shape))
