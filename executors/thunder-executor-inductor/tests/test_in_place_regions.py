@@ -159,6 +159,60 @@ def test_a_cache_write_with_symbolic_sizes_compiles_once_for_every_cache_length(
     assert _separate_inputs(_region_writing(jfn, "index_copy_"))._fallback is None
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed sizes", "symbolic sizes"])
+def test_a_cache_write_is_compiled_without_aotautograds_runtime_wrappers(monkeypatch, dynamic):
+    """The write is functionalized by the executor itself and the generated code called directly
+    (as for regions that write nothing): ``standalone_compile``, whose AOTAutograd wrappers cost
+    every call, is not used."""
+    standalone = []
+    real = torch._inductor.standalone_compile
+    monkeypatch.setattr(
+        torch._inductor, "standalone_compile", lambda *a, **k: standalone.append(a) or real(*a, **k)
+    )
+    jfn = thunder_core.jit(cache_step, executors=["inductor"], options=MAXIMAL, dynamic=dynamic)
+    with torch.no_grad():
+        for length in (6, 9):
+            keys, x, w = _cache_inputs(length)
+            eager_keys = keys.clone()
+            for step in range(3):
+                position = torch.tensor([step])
+                torch.testing.assert_close(jfn(keys, x, w, position), cache_step(eager_keys, x, w, position))
+                torch.testing.assert_close(keys, eager_keys)
+    assert _separate_inputs(_region_writing(jfn, "index_copy_"))._fallback is None
+    assert not standalone
+
+
+def _write_and_return_it(keys, x, position):
+    keys.index_copy_(1, position, torch.sin(x) * 2)
+    return keys.detach(), keys.sum()  # the first result is the cache's memory
+
+
+def _overwrite_and_return_it(keys, x, position):
+    keys.copy_(torch.cos(x) + position)
+    return keys.detach(), keys.sum()
+
+
+@pytest.mark.parametrize(
+    "write", [_write_and_return_it, _overwrite_and_return_it], ids=["index_copy_", "copy_"]
+)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed sizes", "symbolic sizes"])
+def test_a_region_returning_the_memory_it_writes_returns_the_callers_tensor(dynamic, write):
+    """A result that shares memory with a written input stays the caller's memory (eager's
+    ``keys.detach()``), so a later change to the cache shows in it, as in eager."""
+    keys, eager_keys = torch.zeros(1, 6, 8), torch.zeros(1, 6, 8)
+    jfn = thunder_core.jit(write, executors=["inductor"], options=MAXIMAL, dynamic=dynamic)
+    with torch.no_grad():
+        for step in range(3):
+            x, position = torch.randn(1, 1, 8), torch.tensor([step])
+            got, expected = jfn(keys, x, position), write(eager_keys, x, position)
+            torch.testing.assert_close(got, expected)
+            torch.testing.assert_close(keys, eager_keys)
+            keys.add_(1)
+            eager_keys.add_(1)
+            torch.testing.assert_close(got, expected)  # the returned tensor is the cache
+    assert _region_writing(jfn, write.__code__.co_names[0]).impl.failure is None
+
+
 def test_a_cache_write_compiles_in_the_background_and_the_compiled_region_takes_over():
     jfn = thunder_core.jit(
         cache_step, executors=["inductor"], options=MAXIMAL, compile_in_background="always"
@@ -178,8 +232,8 @@ def test_a_cache_write_compiles_in_the_background_and_the_compiled_region_takes_
 
 
 def test_fusion_regions_leave_a_cache_write_to_torch():
-    """Regions cut at every matmul would each pay AOTAutograd's wrapper for a write: only
-    maximal regions take it."""
+    """Regions cut at every matmul would each add a call and its checks for a write: only maximal
+    regions take it."""
     keys, x, w = _cache_inputs()
     eager_keys = keys.clone()
     jfn = thunder_core.jit(cache_step, executors=["inductor"])

@@ -88,8 +88,8 @@ def _kernels_built_later(modules: list, examples: list):
     kernels is not allowed); not on the compile worker (nothing waits there, and its region is
     swapped in as soon as its compile returns); not with autotuning, at compile time or of
     GEMM templates (Inductor runs what it loads during the compile). A graph that updates a
-    tensor in place goes through ``standalone_compile``, outside this block: its first run
-    must not fail after part of its effect.
+    tensor in place is compiled outside this block: its first run must not fail after part of
+    its effect.
     """
     config = torch._inductor.config
     on_cpu = all(x.device.type == "cpu" for x in examples if isinstance(x, torch.Tensor))
@@ -216,11 +216,20 @@ def _with_trace_layouts(fn, outputs):
 
     def laid_out(*args):
         results = fn(*args)
+        inputs = _storages(args)
         return tuple(
-            r if s is None or not _may_differ(r, s) else _force_layout(r, s) for r, s in zip(results, wanted)
-        )
+            r if s is None or not _may_differ(r, s) or _storages([r]) & inputs else _force_layout(r, s)
+            for r, s in zip(results, wanted)
+        )  # a result that is an input's memory (``keys.detach()``) stays it: forcing would copy it
 
     return laid_out
+
+
+def _storages(values) -> set:
+    """The storages of the tensors among ``values`` (fake or real), as comparable references."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return {StorageWeakRef(v.untyped_storage()) for v in values if isinstance(v, torch.Tensor)}
 
 
 def _force_layout(result: torch.Tensor, strides: tuple) -> torch.Tensor:
@@ -271,12 +280,34 @@ def _computes_something(graph) -> None:
 
 def _mutates(graph) -> bool:
     """Whether a traced region updates a tensor in place (a decomposition may write into a buffer
-    it made); such graphs need AOTAutograd's functionalization before Inductor."""
+    it made); such graphs are functionalized before Inductor."""
     for node in graph.graph.nodes:
         schema = getattr(node.target, "_schema", None)
         if node.op == "call_function" and schema is not None and schema.is_mutable:
             return True
     return False
+
+
+def _functionalized(fn, examples: list) -> torch.fx.GraphModule:
+    """``fn`` traced with Inductor's decompositions as a functional graph that ends by copying
+    each updated input's new value into it (``copy_``): what AOTAutograd hands Inductor for an
+    inference graph that writes its inputs, and what Inductor compiles into writes of the input
+    buffers (a cache's ``index_copy_`` stays a write of the new rows). Without AOTAutograd's
+    runtime wrappers, which an output sharing an input's memory would need
+    (``_returns_input_memory``) to be rebuilt as a view of the updated input."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    functional = torch.func.functionalize(fn, remove="mutations")
+    return make_fx(functional, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
+
+
+def _returns_input_memory(graph: torch.fx.GraphModule) -> bool:
+    """Whether a traced (not functionalized) graph returns a tensor that shares memory with one of
+    its inputs (the input itself, or a view of it)."""
+    (output,) = graph.graph.find_nodes(op="output")
+    inputs = _storages(node.meta.get("val") for node in graph.graph.find_nodes(op="placeholder"))
+    return bool(_storages(node.meta.get("val") for node in output.all_input_nodes) & inputs)
 
 
 def _compile_static(fn, examples: list, options: dict, fingerprint: str | None = None):
@@ -285,8 +316,9 @@ def _compile_static(fn, examples: list, options: dict, fingerprint: str | None =
 
     Traced with Inductor's decompositions and handed to ``compile_fx_inner`` under a fake mode
     with a ShapeEnv of its own (the FX graph cache keys on it); the generated code's entry
-    point is called directly. A graph that updates a tensor in place goes through
-    ``standalone_compile`` (AOTAutograd's functionalization) instead. ``fingerprint``: the
+    point is called directly. A graph that updates a tensor in place is functionalized first
+    (``_functionalized``), unless it returns memory of an input, which goes through
+    ``standalone_compile`` (AOTAutograd's functionalization and runtime wrappers). ``fingerprint``: the
     region's (``thunder_core.extend.region_fingerprint``), under which the generated code is noted for later
     processes and found again (``_reuse``).
     """
@@ -303,18 +335,24 @@ def _compile_static(fn, examples: list, options: dict, fingerprint: str | None =
 
             graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
             _computes_something(graph)
-            if _mutates(graph):
-                graph = make_fx(fn, tracing_mode="fake")(*examples)
-                compiled = torch._inductor.standalone_compile(
-                    graph, examples, dynamic_shapes="from_example_inputs"
-                )
-                return lambda *args: compiled(*args)
+            mutates = _mutates(graph)
+            if mutates:
+                plain = make_fx(fn, tracing_mode="fake")(*examples)
+                if _returns_input_memory(plain):
+                    compiled = torch._inductor.standalone_compile(
+                        plain, examples, dynamic_shapes="from_example_inputs"
+                    )
+                    return lambda *args: compiled(*args)
+                graph = _functionalized(fn, examples)
             fake_mode = FakeTensorMode(shape_env=ShapeEnv())
             fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
             # cpp_wrapper is an argument here, not read from the config. Inductor's size asserts
             # stay: besides the inputs' (which compile_region compares first) they check what
-            # library kernels inside the region return against their meta kernels.
-            with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
+            # library kernels inside the region return against their meta kernels. A region that
+            # writes its inputs builds its kernels now: its first run must not fail after part of
+            # its effect.
+            building_later = nullcontext() if mutates else _kernels_built_later(building, examples)
+            with tracing(TracingContext(fake_mode)), building_later:
                 compiled = compile_fx_inner(
                     graph, fakes, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
                 )
@@ -449,8 +487,8 @@ def _compile_symbolic(fn, examples: list, options: dict):
     """A region with symbolic sizes, compiled once for every size: traced with Inductor's
     decompositions on fake inputs of the trace's ShapeEnv (so what Inductor assumes about the
     sizes becomes the trace's guards) and compiled with those sizes dynamic; its generated code
-    is called directly, as for fixed sizes (a graph that writes in place goes through
-    ``standalone_compile``). Inputs whose strides the compiled code does not expect run the
+    is called directly, as for fixed sizes (a graph that writes in place is functionalized first,
+    or goes through ``standalone_compile`` when it returns an input's memory). Inputs whose strides the compiled code does not expect run the
     region's operations as they are: the generated code asserts an input before the first kernel
     that reads it, and ``_layout_check`` checks the others before the call."""
     from torch._dispatch.python import enable_python_dispatcher
@@ -471,21 +509,29 @@ def _compile_symbolic(fn, examples: list, options: dict):
     import torch.compiler.config as compiler_config
 
     with torch._inductor.config.patch(options), compiler_config.patch(_size_assumptions(examples)):
-        mutates = _mutates(graph)
+        mutates = wrapped = _mutates(graph)
         if mutates:
             with enable_python_dispatcher(), tracing_in:
-                graph = make_fx(fn, tracing_mode="fake")(*examples)
+                plain = make_fx(fn, tracing_mode="fake")(*examples)
+                wrapped = _returns_input_memory(plain)
+                if not wrapped:
+                    graph = _functionalized(fn, examples)
+        if wrapped:
             no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
             with torch._inductor.config.patch(no_graph_cache), _no_autograd_cache():
-                compiled = torch._inductor.standalone_compile(graph, examples, dynamic_shapes="from_graph")
+                compiled = torch._inductor.standalone_compile(plain, examples, dynamic_shapes="from_graph")
             call = lambda args: compiled(*args)  # noqa: E731
         else:
-            with tracing(TracingContext(fake_mode)), _kernels_built_later(building, examples):
+            # A region that writes its inputs builds its kernels now (see _kernels_built_later).
+            building_later = nullcontext() if mutates else _kernels_built_later(building, examples)
+            with tracing(TracingContext(fake_mode)), building_later:
                 inner = compile_fx_inner(
                     graph, examples, cpp_wrapper=bool(torch._inductor.config.cpp_wrapper)
                 )
             _built_now(inner, building)
             call = inner.current_callable  # the generated code, without AOTAutograd's runtime wrappers
+    # Every input of a region that writes is checked before the call: the generated code's own
+    # checks may come after a kernel that wrote.
     source = None if mutates else getattr(inner, "source_code", None)
     check = _layout_check(examples, _unasserted_inputs(graph, examples, source))
 

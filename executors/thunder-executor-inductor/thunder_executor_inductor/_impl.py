@@ -11,9 +11,11 @@ region's compile: a job that never compiles a region never imports Inductor); ea
 generated code: no Dynamo frame and guards (the thunder_core cache already guarantees the
 metadata) and none of AOTAutograd's runtime wrappers, which a functional region called without
 autograd does not need and which cost a few microseconds per call, more with cold caches
-between large matmuls. A region that writes in place (a cache write in a maximal region) goes
-through ``torch._inductor.standalone_compile``, whose AOTAutograd functionalizes the write, and
-pays its wrapper. Regions with symbolic sizes are compiled once for every size, under an FX
+between large matmuls. A region that writes in place (a cache write in a maximal region) is
+functionalized first and compiled the same way, the write becoming Inductor's write into the
+input; only one that also returns memory of an input (``keys.detach()``) goes through
+``torch._inductor.standalone_compile``, whose runtime wrapper rebuilds that result as the
+caller's tensor. Regions with symbolic sizes are compiled once for every size, under an FX
 graph cache key that carries their trace's size assumptions (``_backend._size_assumptions``);
 fixed-size regions also come from the job's disk cache.
 
@@ -143,9 +145,9 @@ class InductorExecutor(FusionExecutor):
 
     def check(self, bsym):
         if overwrites_in_place(bsym) and self.regions == "maximal":
-            # A cache write joins the stretch around it: functionalized by AOTAutograd, written in
-            # place by Inductor. Fusion regions, cut at every matmul, would only pay AOTAutograd's
-            # runtime wrapper around each small region that writes.
+            # A cache write joins the stretch around it: functionalized, then written in place by
+            # Inductor. Fusion regions, cut at every matmul, would add a region call and its checks
+            # of the written inputs for each write.
             return self._check_overwrite(bsym)
         verdict = super().check(bsym)
         if verdict is not True:
