@@ -318,9 +318,9 @@ def _compile_static(fn, examples: list, options: dict, fingerprint: str | None =
     with a ShapeEnv of its own (the FX graph cache keys on it); the generated code's entry
     point is called directly. A graph that updates a tensor in place is functionalized first
     (``_functionalized``), unless it returns memory of an input, which goes through
-    ``standalone_compile`` (AOTAutograd's functionalization and runtime wrappers). ``fingerprint``: the
-    region's (``thunder_core.extend.region_fingerprint``), under which the generated code is noted for later
-    processes and found again (``_reuse``).
+    ``standalone_compile`` (AOTAutograd's functionalization and runtime wrappers).
+    ``fingerprint``: the region's (``thunder_core.extend.region_fingerprint``), under which the
+    generated code is noted for later processes and found again (``_reuse``).
     """
     building: list = []
     with torch._inductor.config.patch(options):  # Inductor's own settings for this job
@@ -488,9 +488,10 @@ def _compile_symbolic(fn, examples: list, options: dict):
     decompositions on fake inputs of the trace's ShapeEnv (so what Inductor assumes about the
     sizes becomes the trace's guards) and compiled with those sizes dynamic; its generated code
     is called directly, as for fixed sizes (a graph that writes in place is functionalized first,
-    or goes through ``standalone_compile`` when it returns an input's memory). Inputs whose strides the compiled code does not expect run the
-    region's operations as they are: the generated code asserts an input before the first kernel
-    that reads it, and ``_layout_check`` checks the others before the call."""
+    or goes through ``standalone_compile`` when it returns an input's memory). Inputs whose
+    strides the compiled code does not expect run the region's operations as they are: the
+    generated code asserts an input before the first kernel that reads it, and ``_layout_check``
+    checks the others before the call (every input, for a graph that writes)."""
     from torch._dispatch.python import enable_python_dispatcher
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
