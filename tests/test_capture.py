@@ -258,16 +258,45 @@ def _vmapped_inside(x, w):
     return torch.func.vmap(lambda row: torch.sin(row) @ w)(x)
 
 
-def test_a_torch_func_transform_inside_the_jitted_function_is_refused_with_the_way_out():
+_bound_before_capture = torch.func.vmap
+
+
+def _vmap_bound_by_name(x, w):
+    return _bound_before_capture(lambda row: torch.sin(row) @ w)(x)
+
+
+def _grad_inside(x):
+    return torch.func.grad(lambda v: torch.sin(v).sum())(x)
+
+
+@pytest.mark.parametrize("fn", [_grad_inside, _vmap_bound_by_name], ids=["grad", "vmap bound before capture"])
+def test_a_torch_func_transform_inside_the_jitted_function_is_refused_with_the_way_out(fn):
     # The transform's batched tensors reached capture's proxies, which failed far from the cause
     x, w = torch.randn(3, 4), torch.randn(4, 2)
+    args = (x,) if fn is _grad_inside else (x, w)
     with pytest.raises(CaptureError, match="torch.func transform") as info:
-        thunder_core.jit(_vmapped_inside)(x, w)
+        thunder_core.jit(fn)(*args)
     assert "test_capture.py" in str(info.value) and "torch.func.vmap(thunder_core.jit(f))" in str(info.value)
     # the way out it names works
     torch.testing.assert_close(
         torch.func.vmap(thunder_core.jit(lambda r: torch.sin(r) @ w))(x), _vmapped_inside(x, w)
     )
+
+
+def test_torch_vmap_called_inside_the_jitted_function_is_recorded_as_thunder_core_vmap():
+    """``torch.vmap``/``torch.func.vmap`` looked up while capturing (as Hugging Face's mask
+    creation does) maps with thunder_core.vmap: eager's values, batched operations in the trace,
+    and torch's vmap back in place after the capture."""
+    torch_vmap = torch.vmap
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    jfn = thunder_core.jit(_vmapped_inside)
+    for rows in (3, 3, 5):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(jfn(x, w), _vmapped_inside(x, w))
+    assert torch.vmap is torch_vmap and torch.func.vmap is torch_vmap
+    operations = [o.operation for o in thunder_core.explain(jfn).operations]
+    assert not any("vmap" in o for o in operations), operations  # sin and matmul batched by rules
+    assert torch.func.vmap(lambda r: r * 2)(x).shape == x.shape  # torch's, outside the capture
 
 
 def _disables_grad(x):

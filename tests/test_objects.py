@@ -345,6 +345,24 @@ def test_hugging_face_generate_with_the_forward_jitted_gives_eagers_tokens(cache
     )  # the cache's tensors
 
 
+def test_hugging_face_generate_of_a_model_that_builds_its_mask_with_torch_vmap_gives_eagers_tokens():
+    """Falcon passes a mask function of its own, so Hugging Face builds the attention mask with
+    ``torch.vmap`` inside the forward: recorded as thunder_core.vmap, not refused."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    torch.manual_seed(0)
+    config = FalconConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          max_position_embeddings=128)  # fmt: skip
+    model = FalconForCausalLM(config).eval()
+    prompts = [token_batch(1, 9, seed=1), token_batch(1, 5, seed=2)]
+    expected = [greedy_generate(model, p) for p in prompts]
+    model.forward = thunder_core.jit(model.forward)
+    for prompt, want in zip(prompts, expected):
+        assert torch.equal(greedy_generate(model, prompt), want)
+    assert thunder_core.cache_info(model.forward).entries <= 5
+    assert torch.vmap is torch.func.vmap is torch._functorch.apis.vmap  # torch's own, back in place
+
+
 def test_a_static_caches_writes_run_inside_inductor_regions():
     """StaticCache writes each new key and value with index_copy_: Inductor's maximal regions take
     the writes, the cache keeps its tensors, and the tokens are eager's on every generate."""

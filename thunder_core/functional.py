@@ -401,7 +401,7 @@ def _batched_call(fn: Callable, args: tuple, kwargs: dict, in_dims, out_dims, ra
 
     recorder = active_recorder()
     per_argument = _in_dims_per_argument(in_dims, args)
-    sizes, batched_leaves = set(), []
+    sizes, batched_leaves = [], []  # a list: symbolic sizes are compared, not hashed
     stand_in_args = []
     for arg, dim in zip(args, per_argument):
         flat, spec = pytree.tree_flatten(arg)
@@ -420,7 +420,7 @@ def _batched_call(fn: Callable, args: tuple, kwargs: dict, in_dims, out_dims, ra
                     f"thunder_core.vmap: in_dim {dim} is out of range for a tensor with {leaf.ndim} dimensions"
                 )
             dim = dim % leaf.ndim
-            sizes.add(leaf.shape[dim])
+            sizes.append(leaf.shape[dim])
             per_example = [s for i, s in enumerate(leaf.shape) if i != dim]
             stand_in = TensorProxy(recorder.namer(), per_example, leaf.dtype, leaf.device, leaf.requires_grad)
             batched_leaves.append((stand_in, leaf, dim))
@@ -428,11 +428,11 @@ def _batched_call(fn: Callable, args: tuple, kwargs: dict, in_dims, out_dims, ra
         stand_in_args.append(pytree.tree_unflatten(replaced, spec))
     if not sizes:
         raise ThunderCoreError("thunder_core.vmap: no input is mapped; at least one tensor needs an in_dim")
-    if len(sizes) > 1:
+    if any(other != sizes[0] for other in sizes[1:]):
         raise ThunderCoreError(
-            f"thunder_core.vmap: the mapped dimensions have different sizes {sorted(sizes)}; they must all be equal"
+            f"thunder_core.vmap: the mapped dimensions have different sizes {sizes}; they must all be equal"
         )
-    (size,) = sizes
+    size = sizes[0]
     batcher = Batcher(size, randomness)
     with torch._C.DisableTorchFunction():
         from thunder_core.batching import _call

@@ -21,6 +21,7 @@ from thunder_core.capture.reads import ExecutedUserCode, global_chains
 from thunder_core.capture.recorder import Namer, Recorder, record_scope
 from thunder_core.capture.symbolic import SymbolicSizes, capturing_symbolically
 from thunder_core.capture.torch_fast_paths import encoder_fast_path_as_eager
+from thunder_core.capture.torch_vmap import vmap_recorded
 from thunder_core.errors import CaptureError
 from thunder_core.ir.proxies import NumberProxy, TensorProxy
 from thunder_core.ir.trace import Provenance, Trace
@@ -351,6 +352,7 @@ def capture(
             blocks_recorded(list(block_modules), reuse=capture_blocks_once),
             _compiled_code_as_written(),
             encoder_fast_path_as_eager(guard_builder),
+            vmap_recorded(),
         ):
             out = fn(*proxy_args, **proxy_kwargs)
         if _switches() != switches:
