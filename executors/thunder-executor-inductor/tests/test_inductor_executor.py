@@ -309,6 +309,27 @@ def test_regions_compiled_under_opposite_assumptions_about_sizes_are_not_mixed_u
         assert report.executor == "inductor"
 
 
+def _diagonal_and_lower(x):
+    return x.diagonal() * 2, x.tril()
+
+
+@pytest.mark.parametrize("front_end", ["jit", "torch.compile"])
+def test_a_region_compiled_under_an_assumption_inductor_made_is_not_reused_where_it_fails(front_end):
+    """A diagonal's length is ``min(rows, columns)``: Inductor takes it as ``rows`` for the first,
+    taller-than-wide sizes (a guard of the program), and the program compiled for wider sizes
+    must not get that code back from Inductor's graph cache (the length came out ``rows``)."""
+    if front_end == "jit":
+        jfn = thunder_core.jit(_diagonal_and_lower, executors=["inductor"], dynamic=True)
+    else:
+        jfn = torch.compile(
+            _diagonal_and_lower, backend="thunder_core", dynamic=True, options={"executors": ["inductor"]}
+        )
+    for rows in (4, 6, 8, 11, 3):
+        x = torch.randn(rows, 6)
+        for got, expected in zip(jfn(x), _diagonal_and_lower(x)):
+            torch.testing.assert_close(got, expected)
+
+
 def test_a_region_using_a_size_that_only_another_input_has_reads_it_from_that_input():
     """Hugging Face's decoding mask: ``arange(cache length + 1)`` compared with positions, where
     the region's own inputs do not have the cache's length. The region takes the cache as an

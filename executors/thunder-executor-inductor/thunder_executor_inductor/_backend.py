@@ -419,40 +419,13 @@ _lean_modules: dict[str, types.ModuleType] = {}  # by path, as PyCodeCache keeps
 
 
 # Inductor's FX graph cache keeps, with each compiled graph, the ShapeEnv's guards on the graph's
-# SymInt inputs, and a lookup takes an entry whose guards hold. A region's graph reads its sizes
-# from its tensors and has no SymInt inputs, so its entries would keep no guards: a region
-# compiled under one assumption (``1 + s0 // 2 <= s3``, where a slice's end falls inside the
-# dimension) would be found again for a trace that assumes the opposite and read past the end.
-# So a symbolic region's cache key carries the guards its trace holds on its inputs' sizes
-# (``_size_assumptions``, through ``torch.compiler.config.cache_key_tag``, which the key hashes),
-# and one that writes in place (through AOTAutograd's cache, which keys otherwise) is compiled
-# without the graph caches.
-def _size_assumptions(examples: list) -> dict:
-    """The ``cache_key_tag`` under which a symbolic region is cached: what the trace's ShapeEnv
-    holds about its inputs' sizes and strides, in terms of the inputs (so the same assumptions
-    give the same key in another process, whatever the symbols are called)."""
-    import torch.compiler.config as compiler_config
-
-    fakes = [x for x in examples if isinstance(x, (torch.Tensor, torch.SymInt))]
-    sizes = [s for x in fakes for s in ((*x.shape, *x.stride()) if isinstance(x, torch.Tensor) else (x,))]
-    shape_env = next((s.node.shape_env for s in sizes if isinstance(s, torch.SymInt)), None)
-    if shape_env is None or not hasattr(compiler_config, "cache_key_tag"):
-        return {}
-    carried = set().union(*(s.node.expr.free_symbols for s in sizes if isinstance(s, torch.SymInt)))
-    guarded = set().union(*(guard.expr.free_symbols for guard in shape_env.guards))
-    try:
-        if not guarded <= carried:  # torch's guard printer would fail on it (and log that it did)
-            raise LookupError("a symbol none of the inputs carries")
-        assumed = shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
-    except Exception:  # noqa: BLE001 - a symbol none of the inputs carries: the whole ShapeEnv, by symbol names
-        assumed = repr(
-            (
-                sorted(str(guard.expr) for guard in shape_env.guards),
-                sorted((str(k), str(v)) for k, v in shape_env.replacements.items()),
-                sorted((str(k), str(v)) for k, v in shape_env.var_to_range.items()),
-            )
-        )
-    return {"cache_key_tag": f"{compiler_config.cache_key_tag}|thunder_core region sizes: {assumed}"}
+# SymInt inputs, and a lookup takes an entry whose guards hold. A symbolic region's graph reads its
+# sizes from its tensors and has no SymInt inputs, so its entries keep no guards: code compiled
+# under one assumption, the trace's (``1 + s0 // 2 <= s3``: a slice's end inside the dimension) or
+# one Inductor makes while compiling (the length ``Min(s0, s1)`` of a ``diagonal`` taken as ``s0``
+# for a taller than wide example), would be found again for a trace where the opposite holds, and
+# read past a dimension's end or return a wrong size. Symbolic regions are therefore compiled
+# without Inductor's and AOTAutograd's graph caches (the builds of their kernels are still cached).
 
 
 def _off(config, *names: str) -> dict:
@@ -507,9 +480,8 @@ def _compile_symbolic(fn, examples: list, options: dict):
         graph = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(*examples)
     _computes_something(graph)
     building: list = []
-    import torch.compiler.config as compiler_config
-
-    with torch._inductor.config.patch(options), compiler_config.patch(_size_assumptions(examples)):
+    no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
+    with torch._inductor.config.patch({**options, **no_graph_cache}), _no_autograd_cache():
         mutates = wrapped = _mutates(graph)
         if mutates:
             with enable_python_dispatcher(), tracing_in:
@@ -518,9 +490,7 @@ def _compile_symbolic(fn, examples: list, options: dict):
                 if not wrapped:
                     graph = _functionalized(fn, examples)
         if wrapped:
-            no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
-            with torch._inductor.config.patch(no_graph_cache), _no_autograd_cache():
-                compiled = torch._inductor.standalone_compile(plain, examples, dynamic_shapes="from_graph")
+            compiled = torch._inductor.standalone_compile(plain, examples, dynamic_shapes="from_graph")
             call = lambda args: compiled(*args)  # noqa: E731
         else:
             # A region that writes its inputs builds its kernels now (see _kernels_built_later).

@@ -15,9 +15,9 @@ between large matmuls. A region that writes in place (a cache write in a maximal
 functionalized first and compiled the same way, the write becoming Inductor's write into the
 input; only one that also returns memory of an input (``keys.detach()``) goes through
 ``torch._inductor.standalone_compile``, whose runtime wrapper rebuilds that result as the
-caller's tensor. Regions with symbolic sizes are compiled once for every size, under an FX
-graph cache key that carries their trace's size assumptions (``_backend._size_assumptions``);
-fixed-size regions also come from the job's disk cache.
+caller's tensor. Regions with symbolic sizes are compiled once for every size, without
+Inductor's graph caches (whose entries keep no guards for them); fixed-size regions also come
+from the job's disk cache.
 
 The executor compiles in the background (``compiles_in_background``): a recompiled program's
 regions run as torch operations while Inductor compiles them on thunder_core's worker thread.
