@@ -277,6 +277,7 @@ def test_a_torch_func_transform_inside_the_jitted_function_is_refused_with_the_w
     with pytest.raises(CaptureError, match="torch.func transform") as info:
         thunder_core.jit(fn)(*args)
     assert "test_capture.py" in str(info.value) and "torch.func.vmap(thunder_core.jit(f))" in str(info.value)
+    assert torch.vmap is torch.func.vmap is torch._functorch.apis.vmap  # torch's again after the failure
     # the way out it names works
     torch.testing.assert_close(
         torch.func.vmap(thunder_core.jit(lambda r: torch.sin(r) @ w))(x), _vmapped_inside(x, w)
@@ -296,7 +297,31 @@ def test_torch_vmap_called_inside_the_jitted_function_is_recorded_as_thunder_cor
     assert torch.vmap is torch_vmap and torch.func.vmap is torch_vmap
     operations = [o.operation for o in thunder_core.explain(jfn).operations]
     assert not any("vmap" in o for o in operations), operations  # sin and matmul batched by rules
-    assert torch.func.vmap(lambda r: r * 2)(x).shape == x.shape  # torch's, outside the capture
+
+
+def test_torch_vmap_on_another_thread_during_a_capture_is_torchs():
+    """Only the capturing thread records: a thread that maps meanwhile runs torch's own vmap
+    (which, unlike a recording, accepts a structure of in_dims per leaf)."""
+    import threading
+
+    started, release, seen = threading.Event(), threading.Event(), []
+
+    def slow(x):
+        started.set()
+        release.wait(10)
+        return x * 2
+
+    def other():
+        started.wait(10)
+        pairs = {"a": torch.ones(3, 2), "b": torch.ones(3)}
+        seen.append(torch.vmap(lambda p: p["a"].sum() + p["b"], in_dims=({"a": 0, "b": 0},))(pairs))
+        release.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    torch.testing.assert_close(thunder_core.jit(slow)(torch.ones(2)), torch.ones(2) * 2)
+    thread.join(10)
+    torch.testing.assert_close(seen[0], torch.full((3,), 3.0))
 
 
 def _disables_grad(x):

@@ -21,7 +21,7 @@ from thunder_core.autodiff.fallback import fallback_backward, fallback_forward
 from thunder_core.batching_autograd import PendingBackward, batched_backward
 from thunder_core.batching_prims import PRIM_RULES
 from thunder_core.capture.meta import run_on_meta
-from thunder_core.capture.torch_vmap import torch_vmap
+from thunder_core.capture.torch_vmap import original_vmap
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import INPLACE, OPAQUE, RANDOM, Symbol, active_recorder
@@ -34,7 +34,7 @@ def _vmapped_impl(name, fn, in_dims, randomness, args, kwargs):
     def call(*mapped):
         return fn(*mapped, **kwargs)
 
-    return torch_vmap()(call, in_dims=in_dims, randomness=randomness)(*args)
+    return original_vmap()(call, in_dims=in_dims, randomness=randomness)(*args)
 
 
 def _vmapped_meta(name, fn, in_dims, randomness, args, kwargs):

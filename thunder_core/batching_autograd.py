@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.utils import _pytree as pytree
 
-from thunder_core.capture.torch_vmap import torch_vmap
+from thunder_core.capture.torch_vmap import original_vmap
 from thunder_core.ir.symbols import Symbol, active_recorder
 from thunder_core.ir.tree import leaves, tree_map
 
@@ -59,7 +59,7 @@ class VjpOfOp:
 
 
 def _impl(name, fn, in_dims, randomness, args):
-    return torch_vmap()(fn, in_dims=in_dims, randomness=randomness)(*args)
+    return original_vmap()(fn, in_dims=in_dims, randomness=randomness)(*args)
 
 
 def _meta(name, fn, in_dims, randomness, args):

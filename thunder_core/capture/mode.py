@@ -128,9 +128,11 @@ def functorch_transform_error() -> CaptureError:
     place = f"{where.filename}:{where.lineno}: `{where.line}`" if where else "the captured function"
     return CaptureError(
         f"{place} runs inside a torch.func transform (vmap, grad, jvp, ...) that the jitted function "
-        "calls; thunder_core.jit does not capture through torch.func transforms. Ways out: apply the "
-        "transform to a jitted function instead (torch.func.vmap(thunder_core.jit(f)) works), or leave "
-        "this function (or this part of it) un-jitted."
+        "calls; thunder_core.jit does not capture through torch.func transforms (it records "
+        "torch.vmap only when the code looks it up while being captured, not a function mapped "
+        "before). Ways out: use thunder_core's own transforms inside (thunder_core.vmap, grad, vjp, "
+        "jvp), apply the transform to a jitted function instead (torch.func.vmap(thunder_core.jit(f)) "
+        "works), or leave this function (or this part of it) un-jitted."
     )
 
 

@@ -9,7 +9,8 @@ therefore maps the function with ``thunder_core.vmap``, which records it on one 
 stand-ins and replays it batched into the trace: the same values, and no transform at run time.
 A function it returns and called after the capture runs through torch's own ``vmap``; code that
 bound ``vmap`` by name before the capture began keeps torch's (capture then says that it cannot
-record through torch.func transforms). Other threads get torch's ``vmap`` meanwhile.
+record through torch.func transforms). Other threads, and Dynamo tracing on them, get torch's
+``vmap`` meanwhile.
 """
 
 from __future__ import annotations
@@ -19,47 +20,58 @@ import threading
 from contextlib import contextmanager
 
 import torch
+import torch._functorch.apis
 import torch.func
 
 from thunder_core.ir.symbols import active_recorder
 
 _lock = threading.Lock()
 _installed = 0
-_torch_vmap = torch.vmap  # what was installed before the first capture began
+_replaced: dict[object, object] = {}  # module -> the vmap it had when the first capture began
 _capturing = threading.local()  # .active: this thread is capturing
 
 
+def original_vmap():
+    """PyTorch's own ``vmap`` (what thunder-core runs an operation without a batching rule
+    through), also while captures have ``torch.vmap`` replaced."""
+    return torch._functorch.apis.vmap
+
+
+def _capturing_here() -> bool:
+    return (
+        getattr(_capturing, "active", False)
+        and not torch.compiler.is_dynamo_compiling()
+        and torch._C._functorch.peek_interpreter_stack() is None  # not inside a transform torch.func runs
+    )
+
+
 def _recorded_when_capturing(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
-    torch_mapped = _torch_vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
-    if not getattr(_capturing, "active", False) or torch._C._functorch.peek_interpreter_stack() is not None:
-        return torch_mapped  # another thread's, or inside a transform torch.func itself runs
+    torch_mapped = original_vmap()(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
+    if not _capturing_here():
+        return torch_mapped
     from thunder_core.functional import vmap
 
     recorded = vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
 
     @functools.wraps(func)
     def mapped(*args, **kwargs):
-        if active_recorder() is not None and getattr(_capturing, "active", False):
+        if active_recorder() is not None and _capturing_here():
             return recorded(*args, **kwargs)
         return torch_mapped(*args, **kwargs)
 
     return mapped
 
 
-def torch_vmap():
-    """PyTorch's own ``torch.vmap`` (what thunder-core runs an operation without a batching rule
-    through), also while captures have it replaced."""
-    return _torch_vmap if _installed else torch.vmap
-
-
 @contextmanager
 def vmap_recorded():
     """While capturing on this thread, ``torch.vmap`` records the mapping (see the module docstring)."""
-    global _installed, _torch_vmap
+    global _installed
     with _lock:
         if _installed == 0:
-            _torch_vmap = torch.vmap
-            torch.vmap = torch.func.vmap = _recorded_when_capturing
+            for module in (torch, torch.func):
+                if module.vmap is not _recorded_when_capturing:
+                    _replaced[module] = module.vmap
+                    module.vmap = _recorded_when_capturing
         _installed += 1
     outer = getattr(_capturing, "active", False)
     _capturing.active = True
@@ -70,4 +82,7 @@ def vmap_recorded():
         with _lock:
             _installed -= 1
             if _installed == 0:
-                torch.vmap = torch.func.vmap = _torch_vmap
+                for module, previous in _replaced.items():
+                    if module.vmap is _recorded_when_capturing:  # not replaced again meanwhile
+                        module.vmap = previous
+                _replaced.clear()

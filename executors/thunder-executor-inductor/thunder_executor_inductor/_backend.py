@@ -310,6 +310,19 @@ def _returns_input_memory(graph: torch.fx.GraphModule) -> bool:
     return bool(_storages(node.meta.get("val") for node in output.all_input_nodes) & inputs)
 
 
+def _writes_compiled_how(fn, examples: list, graph: torch.fx.GraphModule):
+    """For a region that writes its inputs, traced as ``graph``: the graph to hand Inductor
+    (functionalized, ``_functionalized``) and None; or, when it returns memory of one of its
+    inputs, ``graph`` as it is and the plain graph ``standalone_compile`` takes instead (its
+    runtime wrapper returns the caller's tensor)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    plain = make_fx(fn, tracing_mode="fake")(*examples)
+    if _returns_input_memory(plain):
+        return graph, plain
+    return _functionalized(fn, examples), None
+
+
 def _compile_static(fn, examples: list, options: dict, fingerprint: str | None = None):
     """A region with static sizes, compiled for ``examples``' sizes and strides into a callable
     taking the region's inputs and returning its outputs as a list.
@@ -337,13 +350,12 @@ def _compile_static(fn, examples: list, options: dict, fingerprint: str | None =
             _computes_something(graph)
             mutates = _mutates(graph)
             if mutates:
-                plain = make_fx(fn, tracing_mode="fake")(*examples)
-                if _returns_input_memory(plain):
+                graph, standalone = _writes_compiled_how(fn, examples, graph)
+                if standalone is not None:
                     compiled = torch._inductor.standalone_compile(
-                        plain, examples, dynamic_shapes="from_example_inputs"
+                        standalone, examples, dynamic_shapes="from_example_inputs"
                     )
                     return lambda *args: compiled(*args)
-                graph = _functionalized(fn, examples)
             fake_mode = FakeTensorMode(shape_env=ShapeEnv())
             fakes = [fake_mode.from_tensor(x, static_shapes=True) for x in examples]
             # cpp_wrapper is an argument here, not read from the config. Inductor's size asserts
@@ -423,9 +435,10 @@ _lean_modules: dict[str, types.ModuleType] = {}  # by path, as PyCodeCache keeps
 # sizes from its tensors and has no SymInt inputs, so its entries keep no guards: code compiled
 # under one assumption, the trace's (``1 + s0 // 2 <= s3``: a slice's end inside the dimension) or
 # one Inductor makes while compiling (the length ``Min(s0, s1)`` of a ``diagonal`` taken as ``s0``
-# for a taller than wide example), would be found again for a trace where the opposite holds, and
-# read past a dimension's end or return a wrong size. Symbolic regions are therefore compiled
-# without Inductor's and AOTAutograd's graph caches (the builds of their kernels are still cached).
+# while the rows are no more than the columns), would be found again for a trace where the
+# opposite holds, and read past a dimension's end or return a wrong size. Symbolic regions are
+# therefore compiled without Inductor's and AOTAutograd's graph caches (the builds of their
+# kernels are still cached).
 
 
 def _off(config, *names: str) -> dict:
@@ -442,7 +455,7 @@ class _WithoutArtifactWarning(logging.Filter):
 
 @contextmanager
 def _no_autograd_cache():
-    """AOTAutograd's cache off (``standalone_compile`` of a graph that writes in place goes through it)."""
+    """AOTAutograd's cache off, for a symbolic region's compile (``standalone_compile`` goes through it)."""
     from torch._functorch import config as functorch_config
 
     logger, quiet = logging.getLogger("torch._inductor.standalone_compile"), _WithoutArtifactWarning()
@@ -482,15 +495,12 @@ def _compile_symbolic(fn, examples: list, options: dict):
     building: list = []
     no_graph_cache = _off(torch._inductor.config, "fx_graph_cache", "fx_graph_remote_cache")
     with torch._inductor.config.patch({**options, **no_graph_cache}), _no_autograd_cache():
-        mutates = wrapped = _mutates(graph)
+        mutates, standalone = _mutates(graph), None
         if mutates:
             with enable_python_dispatcher(), tracing_in:
-                plain = make_fx(fn, tracing_mode="fake")(*examples)
-                wrapped = _returns_input_memory(plain)
-                if not wrapped:
-                    graph = _functionalized(fn, examples)
-        if wrapped:
-            compiled = torch._inductor.standalone_compile(plain, examples, dynamic_shapes="from_graph")
+                graph, standalone = _writes_compiled_how(fn, examples, graph)
+        if standalone is not None:
+            compiled = torch._inductor.standalone_compile(standalone, examples, dynamic_shapes="from_graph")
             call = lambda args: compiled(*args)  # noqa: E731
         else:
             # A region that writes its inputs builds its kernels now (see _kernels_built_later).
@@ -502,22 +512,27 @@ def _compile_symbolic(fn, examples: list, options: dict):
             _built_now(inner, building)
             call = inner.current_callable  # the generated code, without AOTAutograd's runtime wrappers
     # Every input of a region that writes is checked before the call: the generated code's own
-    # checks may come after a kernel that wrote.
+    # checks may come after a kernel that wrote, so a failed one is an error, never a rerun.
     source = None if mutates else getattr(inner, "source_code", None)
     check = _layout_check(examples, _unasserted_inputs(graph, examples, source))
 
     def run(*args):
         if building:
             _finish(building)
-        try:
-            if check is not None:
+        if check is not None:
+            try:
                 check(args)
+            except AssertionError:  # other strides than traced: nothing has run yet
+                return tuple(fn(*args))
+        try:
             return call(list(args))
         except AssertionError:  # Inductor's stride assertion: other strides than traced
+            if mutates:
+                raise
             return tuple(fn(*args))
         except RuntimeError as error:  # the same assertion in a cpp_wrapper module
             if mutates or not _failed_size_assertion(error):
-                raise  # a graph that writes in place may have written before a check inside it
+                raise
             return tuple(fn(*args))
 
     return run
