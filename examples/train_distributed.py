@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -62,7 +63,10 @@ def main() -> None:
 
     held = sum(p.numel() * p.element_size() for p in jitted.parameters())
     plugins = [e.name for e in jitted.extensions] or ["none"]
-    print(f"rank {rank}/{world}: plugins {plugins}, parameters held {held / 2**20:.2f} MiB")
+    # One write per line: the ranks share the terminal, and print's separate write of the newline
+    # could land after another rank's line.
+    sys.stdout.write(f"rank {rank}/{world}: plugins {plugins}, parameters held {held / 2**20:.2f} MiB\n")
+    sys.stdout.flush()
     if distributed:
         dist.destroy_process_group()
 

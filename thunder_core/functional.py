@@ -24,6 +24,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from thunder_core.capture.recorder import Recorder
+from thunder_core.capture.torch_vmap import record_vmap_with
 from thunder_core.errors import ThunderCoreError
 from thunder_core.ir.proxies import PROXY_TYPES, TensorProxy
 from thunder_core.ir.symbols import active_recorder, pop_recorder, push_recorder
@@ -508,3 +509,6 @@ def vmap(
     return _compiled_outside_capture(
         fn, ("vmap", _hashable(in_dims), _hashable(out_dims), randomness), inside
     )
+
+
+record_vmap_with(vmap)  # torch.vmap called while a capture runs maps with this one (capture.torch_vmap)

@@ -29,6 +29,13 @@ _lock = threading.Lock()
 _installed = 0
 _replaced: dict[object, object] = {}  # module -> the vmap it had when the first capture began
 _capturing = threading.local()  # .active: this thread is capturing
+_recording_vmap = None  # thunder_core.vmap, given by thunder_core.functional (a higher layer)
+
+
+def record_vmap_with(vmap) -> None:
+    """The ``vmap`` that records a mapping into the capture (``thunder_core.vmap``)."""
+    global _recording_vmap
+    _recording_vmap = vmap
 
 
 def original_vmap():
@@ -47,11 +54,9 @@ def _capturing_here() -> bool:
 
 def _recorded_when_capturing(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
     torch_mapped = original_vmap()(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
-    if not _capturing_here():
+    if _recording_vmap is None or not _capturing_here():
         return torch_mapped
-    from thunder_core.functional import vmap
-
-    recorded = vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
+    recorded = _recording_vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
 
     @functools.wraps(func)
     def mapped(*args, **kwargs):
