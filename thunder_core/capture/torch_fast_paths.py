@@ -18,10 +18,10 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-_lock = threading.Lock()
-_installed = 0
+from thunder_core.capture.while_capturing import PatchedWhileCapturing
+
 _original_forward = nn.TransformerEncoder.forward  # what was installed before the first capture began
-_capturing = threading.local()  # .active: this thread is capturing
+_capturing = threading.local()  # .reads: global switches read while deciding, on this thread
 
 
 def _takes_nested_path(encoder: nn.TransformerEncoder, src, mask, padding_mask) -> bool:
@@ -59,7 +59,7 @@ def _takes_nested_path(encoder: nn.TransformerEncoder, src, mask, padding_mask) 
 
 
 def _encoder_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
-    if not getattr(_capturing, "active", False):
+    if not _patch.active():
         return _original_forward(self, src, mask, src_key_padding_mask, is_causal)
     from torch.nn import functional as F
 
@@ -92,29 +92,33 @@ def _encoder_forward(self, src, mask=None, src_key_padding_mask=None, is_causal=
     return output
 
 
+def _install() -> None:
+    global _original_forward
+    _original_forward = nn.TransformerEncoder.forward
+    nn.TransformerEncoder.forward = _encoder_forward
+
+
+def _restore() -> None:
+    nn.TransformerEncoder.forward = _original_forward
+
+
+_patch = PatchedWhileCapturing(_install, _restore)
+
+
 @contextmanager
 def encoder_fast_path_as_eager(guard_builder=None):
     """While capturing on this thread, ``nn.TransformerEncoder`` gives eager's values at padded
     positions (see the module docstring). Other threads run the original forward meanwhile.
     Global switches read in deciding (``torch.backends.mha.get_fastpath_enabled()``) become
     checks of ``guard_builder``."""
-    global _installed, _original_forward
-    with _lock:
-        if _installed == 0:
-            _original_forward = nn.TransformerEncoder.forward
-            nn.TransformerEncoder.forward = _encoder_forward
-        _installed += 1
-    outer, outer_reads = getattr(_capturing, "active", False), getattr(_capturing, "reads", {})
-    _capturing.active, _capturing.reads = True, {}
+    outer_reads = getattr(_capturing, "reads", {})
+    _capturing.reads = {}
     try:
-        yield
+        with _patch.capturing():
+            yield
         if guard_builder is not None:
             for read, value in _capturing.reads.items():
                 name = guard_builder.bind(read, "switch")
                 guard_builder.equal(f"{name}()", value, f"{read.__module__}.{read.__qualname__}()")
     finally:
-        _capturing.active, _capturing.reads = outer, outer_reads
-        with _lock:
-            _installed -= 1
-            if _installed == 0:
-                nn.TransformerEncoder.forward = _original_forward
+        _capturing.reads = outer_reads

@@ -16,19 +16,15 @@ record through torch.func transforms). Other threads, and Dynamo tracing on them
 from __future__ import annotations
 
 import functools
-import threading
-from contextlib import contextmanager
 
 import torch
 import torch._functorch.apis
 import torch.func
 
+from thunder_core.capture.while_capturing import PatchedWhileCapturing
 from thunder_core.ir.symbols import active_recorder
 
-_lock = threading.Lock()
-_installed = 0
 _replaced: dict[object, object] = {}  # module -> the vmap it had when the first capture began
-_capturing = threading.local()  # .active: this thread is capturing
 _recording_vmap = None  # thunder_core.vmap, given by thunder_core.functional (a higher layer)
 
 
@@ -46,7 +42,7 @@ def original_vmap():
 
 def _capturing_here() -> bool:
     return (
-        getattr(_capturing, "active", False)
+        _patch.active()
         and not torch.compiler.is_dynamo_compiling()
         and torch._C._functorch.peek_interpreter_stack() is None  # not inside a transform torch.func runs
     )
@@ -67,27 +63,23 @@ def _recorded_when_capturing(func, in_dims=0, out_dims=0, randomness="error", *,
     return mapped
 
 
-@contextmanager
+def _install() -> None:
+    for module in (torch, torch.func):
+        if module.vmap is not _recorded_when_capturing:
+            _replaced[module] = module.vmap
+            module.vmap = _recorded_when_capturing
+
+
+def _restore() -> None:
+    for module, previous in _replaced.items():
+        if module.vmap is _recorded_when_capturing:  # not replaced again meanwhile
+            module.vmap = previous
+    _replaced.clear()
+
+
+_patch = PatchedWhileCapturing(_install, _restore)
+
+
 def vmap_recorded():
     """While capturing on this thread, ``torch.vmap`` records the mapping (see the module docstring)."""
-    global _installed
-    with _lock:
-        if _installed == 0:
-            for module in (torch, torch.func):
-                if module.vmap is not _recorded_when_capturing:
-                    _replaced[module] = module.vmap
-                    module.vmap = _recorded_when_capturing
-        _installed += 1
-    outer = getattr(_capturing, "active", False)
-    _capturing.active = True
-    try:
-        yield
-    finally:
-        _capturing.active = outer
-        with _lock:
-            _installed -= 1
-            if _installed == 0:
-                for module, previous in _replaced.items():
-                    if module.vmap is _recorded_when_capturing:  # not replaced again meanwhile
-                        module.vmap = previous
-                _replaced.clear()
+    return _patch.capturing()
